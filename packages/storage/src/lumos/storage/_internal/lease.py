@@ -1,0 +1,261 @@
+"""A lease under ``_lumos/`` so that two live drivers cannot write the same run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from lumos.storage._internal import filesystem as fsu
+from lumos.storage._internal.errors import LeaseHeldError
+
+logger = logging.getLogger(__name__)
+
+LEASE_FILE = "lease.json"
+LOCK_FILE = ".lease.lock"
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), to tell reused pids apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _pid_alive(pid: int, start_time: str | None) -> bool:
+    """Whether ``pid`` runs on this host (zombies and reused pids count as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[-1].split()[0]
+        if state in ("Z", "X"):
+            return False
+    except OSError:
+        pass
+    if start_time is not None:
+        current = _proc_start_time(pid)
+        if current is not None and current != start_time:
+            return False
+    return True
+
+
+class Lease:
+    """Exclusive right of one driver to write a run; obtained by ``RunStorage.acquire_lease``.
+
+    The lease is a JSON document ``_lumos/lease.json`` with the holder's host,
+    pid and an expiry time. It is stale (and can be taken over) once it
+    expired because its holder stopped renewing, or at once when the holder
+    ran on this host and its process is gone. On local disk check-and-write
+    runs under an ``flock`` so it is atomic between processes; object stores
+    offer no compare-and-swap, so there it is write-then-read-back (best effort).
+
+    Example:
+        >>> with storage.acquire_lease(ttl_s=30) as lease:   # doctest: +SKIP
+        ...     lease.start_renewing()
+        ...     run_training()
+    """
+
+    def __init__(
+        self,
+        fs: AbstractFileSystem,
+        path: str,
+        run: str,
+        holder: str,
+        ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"ttl_s must be > 0, got {ttl_s!r}")
+        self._fs = fs
+        self._path = path
+        self.run = run
+        self.holder = holder
+        self.ttl_s = float(ttl_s)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.token = uuid.uuid4().hex
+        self._clock = clock
+        self._released = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """On local disk, serialise lease updates between processes with flock."""
+        if not fsu.is_local(self._fs):
+            yield
+            return
+        directory = os.path.dirname(self._path)
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - not POSIX
+                yield
+                return
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    # -- document -------------------------------------------------------------
+    def _doc(self) -> dict[str, Any]:
+        now = self._clock()
+        return {
+            "holder": self.holder,
+            "host": self.host,
+            "pid": self.pid,
+            "pid_start": _proc_start_time(self.pid),
+            "token": self.token,
+            "acquired_at": now,
+            "expires_at": now + self.ttl_s,
+            "ttl_s": self.ttl_s,
+        }
+
+    def _read(self) -> dict[str, Any] | None:
+        data = fsu.read_bytes(self._fs, self._path)
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None  # a torn or foreign file does not protect anything
+        return doc if isinstance(doc, dict) else None
+
+    def _is_live(self, doc: dict[str, Any]) -> bool:
+        if float(doc.get("expires_at", 0.0)) <= self._clock():
+            return False
+        if doc.get("host") == self.host:
+            return _pid_alive(int(doc.get("pid", -1)), doc.get("pid_start"))
+        return True
+
+    def _error(self, doc: dict[str, Any], detail: str = "") -> LeaseHeldError:
+        return LeaseHeldError(
+            run=self.run,
+            holder=str(doc.get("holder", "?")),
+            host=str(doc.get("host", "?")),
+            pid=int(doc.get("pid", -1)),
+            expires_in_s=float(doc.get("expires_at", 0.0)) - self._clock(),
+            detail=detail,
+        )
+
+    def _acquire(self) -> None:
+        with self._exclusive():
+            current = self._read()
+            if (
+                current is not None
+                and current.get("token") != self.token
+                and self._is_live(current)
+            ):
+                raise self._error(current)
+            fsu.atomic_write_bytes(self._fs, self._path, json.dumps(self._doc()).encode())
+            back = self._read()
+        if back is None or back.get("token") != self.token:
+            other = back or {}
+            raise self._error(
+                other,
+                f"Run {self.run!r}: another driver acquired the lease at the same time "
+                f"(holder={other.get('holder', '?')!r}, host={other.get('host', '?')!r}, "
+                f"pid={other.get('pid', '?')}). Only one driver may write a run.",
+            )
+
+    # -- public ---------------------------------------------------------------
+    @property
+    def released(self) -> bool:
+        """Whether ``release()`` was called."""
+        return self._released
+
+    def renew(self) -> None:
+        """Extend the lease by ``ttl_s`` from now.
+
+        Raises:
+            LeaseHeldError: Another driver took the lease over (ours had expired).
+        """
+        with self._lock, self._exclusive():
+            if self._released:
+                raise RuntimeError(f"lease of run {self.run!r} was already released")
+            current = self._read()
+            if current is not None and current.get("token") != self.token:
+                raise self._error(
+                    current,
+                    f"Lost the lease of run {self.run!r}: it expired and was taken over by "
+                    f"holder={current.get('holder')!r} (host={current.get('host')!r}, "
+                    f"pid={current.get('pid')}). Renew more often than ttl_s={self.ttl_s}.",
+                )
+            fsu.atomic_write_bytes(self._fs, self._path, json.dumps(self._doc()).encode())
+
+    def start_renewing(self, interval_s: float | None = None) -> None:
+        """Renew in a daemon thread every ``interval_s`` (default ``ttl_s / 3``) until released."""
+        if self._thread is not None:
+            return
+        interval = self.ttl_s / 3 if interval_s is None else interval_s
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.renew()
+                except Exception as exc:
+                    if not self._stop.is_set():
+                        logger.warning("Stopped renewing the lease of run %r: %s", self.run, exc)
+                    return
+
+        self._thread = threading.Thread(target=loop, name=f"lumos-lease-{self.run}", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Give the lease up (deletes the lease file if it is still ours). Idempotent."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(self.ttl_s, 5.0))
+        with self._lock, self._exclusive():
+            if self._released:
+                return
+            self._released = True
+            current = self._read()
+            if current is not None and current.get("token") == self.token:
+                try:
+                    self._fs.rm_file(self._path)
+                except FileNotFoundError:
+                    pass
+                fsu.invalidate(self._fs, self._path)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Lease(run={self.run!r}, holder={self.holder!r}, ttl_s={self.ttl_s})"

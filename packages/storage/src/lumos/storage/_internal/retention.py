@@ -1,0 +1,79 @@
+"""Which committed checkpoints to keep."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lumos.storage._internal.state import CheckpointRecord
+
+
+class RetentionPolicy(BaseModel):
+    """Keep ``num_to_keep`` checkpoints; never delete the latest committed one.
+
+    With ``score_attribute`` the best ``num_to_keep`` by that metric are kept
+    (checkpoints whose metrics lack it, or hold a non-number, rank last);
+    without it the most recent ones are kept. The latest checkpoint is always
+    kept in addition, since a restart resumes from it.
+
+    Args:
+        num_to_keep: How many to keep; None keeps all.
+        score_attribute: Metric that ranks checkpoints, e.g. ``"loss"``.
+        score_order: ``"max"`` keeps the highest scores, ``"min"`` the lowest.
+
+    Example:
+        >>> policy = RetentionPolicy(num_to_keep=2, score_attribute="loss", score_order="min")
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    num_to_keep: int | None = Field(default=None, ge=1)
+    score_attribute: str | None = None
+    score_order: Literal["max", "min"] = "max"
+
+    def _score(self, record: CheckpointRecord) -> float | None:
+        assert self.score_attribute is not None
+        value = record.metrics.get(self.score_attribute)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if math.isnan(value):
+            return None
+        return float(value)
+
+    def select_to_delete(
+        self, records: Sequence[CheckpointRecord], latest: str | CheckpointRecord | None
+    ) -> list[CheckpointRecord]:
+        """The records to delete, in their original (oldest first) order.
+
+        Args:
+            records: The committed checkpoints, oldest first.
+            latest: The latest checkpoint (its record or dir name); never selected.
+
+        Returns:
+            The records that fall outside the policy.
+        """
+        if self.num_to_keep is None:
+            return []
+        latest_name = latest.dir_name if isinstance(latest, CheckpointRecord) else latest
+        order = list(range(len(records)))
+        if self.score_attribute is None:
+            ranked = sorted(order, key=lambda i: -i)  # most recent first
+        else:
+            sign = -1.0 if self.score_order == "max" else 1.0
+
+            def key(i: int) -> tuple[int, float, int]:
+                score = self._score(records[i])
+                if score is None:
+                    return (1, 0.0, -i)
+                return (0, sign * score, -i)  # ties: the more recent one wins
+
+            ranked = sorted(order, key=key)
+        keep = set(ranked[: self.num_to_keep])
+        return [
+            r
+            for i, r in enumerate(records)
+            if i not in keep and (latest_name is None or r.dir_name != latest_name)
+        ]

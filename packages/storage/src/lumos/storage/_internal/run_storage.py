@@ -1,0 +1,349 @@
+"""RunStorage: the layout of one run on any fsspec filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fsspec import AbstractFileSystem
+from pydantic import ValidationError
+
+from lumos.storage._internal import filesystem as fsu
+from lumos.storage._internal.checkpoint import Checkpoint
+from lumos.storage._internal.errors import RunStateError
+from lumos.storage._internal.lease import LEASE_FILE, Lease
+from lumos.storage._internal.names import validate_name, validate_relpath
+from lumos.storage._internal.retention import RetentionPolicy
+from lumos.storage._internal.state import SCHEMA_VERSION, CheckpointRecord, RunState
+
+STATE_DIR = "_lumos"
+STATE_FILE = "run_state.json"
+METRICS_DIR = "metrics"
+
+
+class RunStorage:
+    """Where one run (a Train run or a Tune experiment) keeps its files.
+
+    Layout::
+
+        {storage_path}/{name}/
+          _lumos/run_state.json     RunState, written atomically
+          _lumos/lease.json         the live driver's lease
+          _lumos/metrics/*.json     report history, immutable chunks
+          <checkpoint_dir_name>/    committed checkpoints
+
+    A checkpoint directory counts only once a RunState naming it has been
+    written; anything else is an unfinished upload (``list_uncommitted``).
+
+    Args:
+        storage_path: Local path (``~`` expanded) or fsspec URL of the parent directory.
+        name: The run's name; a single safe path component.
+        filesystem: Explicit fsspec filesystem (``storage_path`` then in its form).
+
+    Attributes:
+        fs: The fsspec filesystem.
+        storage_path: ``storage_path`` in the filesystem's own form.
+        name: The run's name.
+        run_path: ``{storage_path}/{name}``.
+        state_dir: ``{run_path}/_lumos``.
+        max_workers: Upload/download threads (default 16; local copies use at most 4).
+
+    Raises:
+        InvalidNameError: ``name`` is not a valid name.
+
+    Example:
+        >>> storage = RunStorage("memory://runs", "run-42")
+        >>> storage.load_state() is None
+        True
+    """
+
+    def __init__(
+        self,
+        storage_path: str | os.PathLike[str],
+        name: str,
+        filesystem: AbstractFileSystem | None = None,
+    ) -> None:
+        self.name = validate_name(name, "name")
+        self.fs, self.storage_path = fsu.resolve_filesystem(storage_path, filesystem)
+        self.run_path = fsu.join(self.storage_path, self.name)
+        self.state_dir = fsu.join(self.run_path, STATE_DIR)
+        self.max_workers = fsu.DEFAULT_MAX_WORKERS
+
+    # -- paths ----------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """A URL of the run directory for another process (``s3://b/runs/name`` or a local path)."""
+        return fsu.to_uri(self.fs, self.run_path)
+
+    @property
+    def state_path(self) -> str:
+        """Path of the run state document."""
+        return fsu.join(self.state_dir, STATE_FILE)
+
+    def checkpoint_path(self, dir_name: str) -> str:
+        """Path of checkpoint ``dir_name`` in this run (validates the name)."""
+        return fsu.join(self.run_path, validate_name(dir_name, "checkpoint_dir_name"))
+
+    def checkpoint(self, dir_name: str) -> Checkpoint:
+        """A Checkpoint for directory ``dir_name`` of this run."""
+        return Checkpoint(self.checkpoint_path(dir_name), self.fs)
+
+    def child(self, name: str) -> RunStorage:
+        """A run nested in this run's directory (a Tune trial, a Train run under a trial)."""
+        return RunStorage(self.run_path, name, self.fs)
+
+    def exists(self) -> bool:
+        """Whether the run has a state document."""
+        fsu.invalidate(self.fs, self.state_dir)
+        return bool(self.fs.exists(self.state_path))
+
+    # -- checkpoints ----------------------------------------------------------
+    def persist_directory(
+        self,
+        local_dir: str | os.PathLike[str],
+        dir_name: str,
+        *,
+        on_file_done: Callable[[str], None] | None = None,
+    ) -> Checkpoint:
+        """Upload every file of a local directory into ``run_path/dir_name/`` concurrently.
+
+        Several ranks may persist into the same ``dir_name``; their files merge
+        (sharded checkpoints). The checkpoint is not committed until
+        ``commit_checkpoint`` writes a state naming it.
+
+        Args:
+            local_dir: The local directory to upload.
+            dir_name: Checkpoint directory name inside the run.
+            on_file_done: Called with each relative path once it is stored
+                (from the upload threads).
+
+        Returns:
+            The (uncommitted) checkpoint in storage.
+        """
+        dest = self.checkpoint_path(dir_name)
+        src = os.path.abspath(os.path.expanduser(os.fspath(local_dir)))
+        if not os.path.isdir(src):
+            raise FileNotFoundError(f"persist_directory: {src!r} is not a directory")
+        fsu.upload_dir(src, self.fs, dest, self.max_workers, on_file_done)
+        return Checkpoint(dest, self.fs)
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        """The committed checkpoints, oldest first."""
+        state = self.load_state()
+        return [] if state is None else [self.checkpoint(n) for n in state.checkpoint_names()]
+
+    # -- state ----------------------------------------------------------------
+    def load_state(self) -> RunState | None:
+        """Read the run state, or None when the run has none yet.
+
+        Raises:
+            RunStateError: The document is corrupt, invalid or from a newer schema.
+        """
+        fsu.invalidate(self.fs, self.state_dir)
+        data = fsu.read_bytes(self.fs, self.state_path)
+        if data is None:
+            return None
+        try:
+            raw = json.loads(data)
+        except ValueError as exc:
+            raise RunStateError(self.state_path, f"not valid JSON ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise RunStateError(self.state_path, "not a JSON object")
+        version = raw.get("schema_version")
+        if not isinstance(version, int) or version < 1:
+            raise RunStateError(self.state_path, f"schema_version={version!r} is not valid")
+        if version > SCHEMA_VERSION:
+            raise RunStateError(
+                self.state_path,
+                f"schema_version={version} was written by a newer lumos-storage (this one reads "
+                f"up to {SCHEMA_VERSION}); upgrade: pip install -U lumos-storage",
+            )
+        try:
+            return RunState.model_validate(raw)
+        except ValidationError as exc:
+            raise RunStateError(self.state_path, str(exc)) from exc
+
+    def save_state(self, state: RunState) -> None:
+        """Write the run state atomically (tmp + fsync + rename locally; one put on object stores)."""
+        if state.name != self.name:
+            raise ValueError(f"state.name={state.name!r} does not match the run name {self.name!r}")
+        payload = state.model_dump_json(indent=1).encode()
+        fsu.atomic_write_bytes(self.fs, self.state_path, payload)
+
+    def commit_checkpoint(
+        self,
+        state: RunState,
+        record: CheckpointRecord,
+        retention: RetentionPolicy | None = None,
+    ) -> tuple[RunState, list[str]]:
+        """Commit a persisted checkpoint: write the state naming it, then apply retention.
+
+        The record is appended (replacing a record of the same directory) and
+        becomes the latest; ``retention`` picks checkpoints to drop (never the
+        latest); the new state is written atomically; only THEN are the dropped
+        directories deleted, so a crash at any point leaves a consistent run.
+        ``report_count`` becomes at least ``record.report_index + 1``.
+
+        Returns:
+            ``(new_state, deleted_dir_names)``.
+        """
+        self.checkpoint_path(record.dir_name)
+        records = [r for r in state.checkpoints if r.dir_name != record.dir_name] + [record]
+        dropped = retention.select_to_delete(records, record.dir_name) if retention else []
+        dropped_names = {r.dir_name for r in dropped}
+        new_state = state.model_copy(
+            update={
+                "checkpoints": [r for r in records if r.dir_name not in dropped_names],
+                "latest_checkpoint": record.dir_name,
+                "report_count": max(state.report_count, record.report_index + 1),
+                "updated_at": time.time(),
+            }
+        )
+        self.save_state(new_state)
+        deleted: list[str] = []
+        for r in dropped:
+            self._rm_dir(self.checkpoint_path(r.dir_name))
+            deleted.append(r.dir_name)
+        return new_state, deleted
+
+    def _rm_dir(self, path: str) -> None:
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        fsu.invalidate(self.fs, path)
+
+    def list_uncommitted(self, reserved: Iterable[str] = ()) -> list[str]:
+        """Top-level directories of the run that are neither ``_lumos``, committed, nor reserved.
+
+        Args:
+            reserved: Directory names owned by someone else (Tune trial
+                directories, nested runs) that must not count.
+        """
+        state = self.load_state()
+        keep = {STATE_DIR, *reserved, *(state.checkpoint_names() if state else ())}
+        fsu.invalidate(self.fs, self.run_path)
+        try:
+            entries = self.fs.ls(self.run_path, detail=True)
+        except FileNotFoundError:
+            return []
+        names: list[str] = []
+        for entry in entries:
+            if entry.get("type") != "directory":
+                continue
+            base = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
+            if base and base not in keep:
+                names.append(base)
+        return sorted(set(names))
+
+    def delete_uncommitted(self, reserved: Iterable[str] = ()) -> list[str]:
+        """Delete unfinished uploads (see ``list_uncommitted``) and return their names.
+
+        Also removes temporary files that an interrupted local state write left in ``_lumos/``.
+        """
+        names = self.list_uncommitted(reserved)
+        for name in names:
+            self._rm_dir(fsu.join(self.run_path, name))
+        if fsu.is_local(self.fs) and os.path.isdir(self.state_dir):
+            for root, _dirs, files in os.walk(self.state_dir):
+                for f in files:
+                    if f.startswith(".") and ".tmp-" in f:
+                        try:
+                            os.unlink(os.path.join(root, f))
+                        except FileNotFoundError:
+                            pass
+        return names
+
+    # -- json and metrics -----------------------------------------------------
+    def read_json(self, relpath: str) -> Any | None:
+        """Read ``_lumos/<relpath>`` as JSON, or None when it does not exist."""
+        validate_relpath(relpath)
+        data = fsu.read_bytes(self.fs, fsu.join(self.state_dir, relpath))
+        return None if data is None else json.loads(data)
+
+    def write_json(self, relpath: str, obj: Any) -> None:
+        """Write ``obj`` as JSON to ``_lumos/<relpath>`` atomically."""
+        validate_relpath(relpath)
+        fsu.atomic_write_bytes(self.fs, fsu.join(self.state_dir, relpath), json.dumps(obj).encode())
+
+    def append_metrics(self, rows: list[dict[str, Any]], start_index: int) -> None:
+        """Store ``rows`` (reports ``start_index``, ``start_index + 1``, ...) as a new chunk.
+
+        Chunks are immutable files under ``_lumos/metrics/``; old rows are never
+        rewritten. Chunks apply in the order they were written; a chunk whose
+        ``start_index`` lies inside the history (a run resumed from an earlier
+        checkpoint) replaces the rows from there on.
+        """
+        if start_index < 0:
+            raise ValueError(f"start_index must be >= 0, got {start_index}")
+        if not rows:
+            return
+        name = f"{start_index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+        self.write_json(f"{METRICS_DIR}/{name}", {"start_index": start_index, "rows": rows})
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The full report history in order (see ``append_metrics``)."""
+        directory = fsu.join(self.state_dir, METRICS_DIR)
+        fsu.invalidate(self.fs, directory)
+        try:
+            files = self.fs.ls(directory, detail=False)
+        except FileNotFoundError:
+            return []
+        names = [str(f).rsplit("/", 1)[-1] for f in files if str(f).endswith(".json")]
+        # Chunk names are "<start>-<write time ns>-<random>.json": apply in write order.
+        chunks = sorted(
+            (n for n in names if not n.startswith(".") and n.count("-") >= 2),
+            key=lambda n: (int(n.split("-")[1]), int(n.split("-")[0])),
+        )
+        history: list[dict[str, Any]] = []
+        for chunk in chunks:
+            doc = self.read_json(f"{METRICS_DIR}/{chunk}")
+            if not isinstance(doc, dict):
+                continue
+            start = int(doc["start_index"])
+            history = history[:start] + list(doc["rows"])
+        return history
+
+    # -- lease ----------------------------------------------------------------
+    def acquire_lease(
+        self,
+        holder: str | None = None,
+        ttl_s: float = 30.0,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> Lease:
+        """Take the run's lease, so no other live driver writes this run.
+
+        Args:
+            holder: A label for the holder (default ``host:pid``).
+            ttl_s: Seconds the lease stays valid without ``renew()``.
+            clock: Wall clock (tests inject one).
+
+        Raises:
+            LeaseHeldError: A live holder has the lease (the message names the
+                run and the holder's host and pid).
+        """
+        lease = Lease(
+            self.fs,
+            fsu.join(self.state_dir, LEASE_FILE),
+            run=self.uri,
+            holder=holder or f"{socket.gethostname()}:{os.getpid()}",
+            ttl_s=ttl_s,
+            clock=clock,
+        )
+        lease._acquire()
+        return lease
+
+    def __repr__(self) -> str:
+        return f"RunStorage(uri={self.uri!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)

@@ -1,0 +1,124 @@
+"""Test helpers: a real S3 API (moto's server) on loopback, for this and other packages.
+
+Needs the ``test`` extra (``pip install 'lumos-storage[test]'``): moto[server] and s3fs.
+
+Example:
+    >>> from lumos.storage.testing import s3_server
+    >>> with s3_server() as s3:                          # doctest: +SKIP
+    ...     s3.create_bucket("runs")
+    ...     storage = RunStorage("runs/exp", "run-1", filesystem=s3.filesystem())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+DUMMY_KEY = "lumos-testing"
+DUMMY_SECRET = "lumos-testing-secret"
+REGION = "us-west-2"
+
+
+def _require(module: str, package: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"lumos.storage.testing needs {package} for its S3 server: "
+            f"pip install 'lumos-storage[test]' (missing: {exc.name})"
+        ) from exc
+
+
+def s3_filesystem(endpoint_url: str, **kwargs: Any) -> AbstractFileSystem:
+    """An s3fs filesystem talking to ``endpoint_url`` with dummy credentials.
+
+    Listings are not cached and the instance is not shared, so every listing
+    sees the server's current state.
+    """
+    s3fs = _require("s3fs", "s3fs")
+    options: dict[str, Any] = {
+        "anon": False,
+        "key": DUMMY_KEY,
+        "secret": DUMMY_SECRET,
+        "client_kwargs": {"endpoint_url": endpoint_url, "region_name": REGION},
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+    }
+    options.update(kwargs)
+    fs: AbstractFileSystem = s3fs.S3FileSystem(**options)
+    return fs
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running moto S3 server.
+
+    Attributes:
+        endpoint_url: ``http://127.0.0.1:<port>``.
+    """
+
+    endpoint_url: str
+
+    def filesystem(self, **kwargs: Any) -> AbstractFileSystem:
+        """A fresh s3fs filesystem for this server (see ``s3_filesystem``)."""
+        return s3_filesystem(self.endpoint_url, **kwargs)
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a unique name when None) and return its name."""
+        bucket = name or f"lumos-{uuid.uuid4().hex[:12]}"
+        fs = self.filesystem()
+        fs.mkdir(bucket)
+        return bucket
+
+
+def _wait_until_listening(host: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: OSError | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError as exc:
+            last = exc
+            time.sleep(0.05)
+    raise TimeoutError(f"moto S3 server on {host}:{port} did not accept connections: {last}")
+
+
+@contextlib.contextmanager
+def s3_server(start_timeout_s: float = 30.0) -> Iterator[S3Server]:
+    """Run moto's S3 server on 127.0.0.1 with a free port for the duration of the block.
+
+    Sets no environment variables: clients get the endpoint and dummy
+    credentials explicitly (``S3Server.filesystem()``).
+
+    Args:
+        start_timeout_s: How long to wait for the server to accept connections.
+
+    Yields:
+        The running server.
+    """
+    server_mod = _require("moto.server", "moto[server]")
+    _require("s3fs", "s3fs")
+    # werkzeug logs every request at INFO; keep test output readable (restored on exit).
+    werkzeug_logger = logging.getLogger("werkzeug")
+    old_level = werkzeug_logger.level
+    werkzeug_logger.setLevel(logging.WARNING)
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        _wait_until_listening(host, port, start_timeout_s)
+        yield S3Server(endpoint_url=f"http://{host}:{port}")
+    finally:
+        server.stop()
+        werkzeug_logger.setLevel(old_level)

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from lumos.storage import CheckpointRecord, RetentionPolicy
+
+
+def records(*metrics: dict[str, object]) -> list[CheckpointRecord]:
+    return [
+        CheckpointRecord(dir_name=f"c{i}", metrics=dict(m), report_index=i)
+        for i, m in enumerate(metrics)
+    ]
+
+
+def names(rs: list[CheckpointRecord]) -> list[str]:
+    return [r.dir_name for r in rs]
+
+
+def test_keep_all_when_num_to_keep_is_none() -> None:
+    rs = records({}, {}, {})
+    assert RetentionPolicy().select_to_delete(rs, "c2") == []
+
+
+def test_keeps_most_recent_without_score() -> None:
+    rs = records({}, {}, {}, {})
+    assert names(RetentionPolicy(num_to_keep=2).select_to_delete(rs, "c3")) == ["c0", "c1"]
+
+
+def test_keeps_best_by_min_score_and_never_the_latest() -> None:
+    rs = records({"loss": 0.5}, {"loss": 0.1}, {"loss": 0.3}, {"loss": 0.9})
+    policy = RetentionPolicy(num_to_keep=2, score_attribute="loss", score_order="min")
+    # best two are c1 and c2; c3 is the latest (worst) and is kept to resume from
+    assert names(policy.select_to_delete(rs, "c3")) == ["c0"]
+
+
+def test_keeps_best_by_max_score() -> None:
+    rs = records({"acc": 0.5}, {"acc": 0.9}, {"acc": 0.7}, {"acc": 0.8})
+    policy = RetentionPolicy(num_to_keep=2, score_attribute="acc", score_order="max")
+    assert names(policy.select_to_delete(rs, "c3")) == ["c0", "c2"]
+
+
+def test_missing_or_non_numeric_scores_rank_last() -> None:
+    rs = records({"loss": 0.2}, {}, {"loss": "n/a"}, {"loss": float("nan")}, {"loss": 0.4})
+    policy = RetentionPolicy(num_to_keep=2, score_attribute="loss", score_order="min")
+    assert names(policy.select_to_delete(rs, "c4")) == ["c1", "c2", "c3"]
+
+
+def test_ties_prefer_the_more_recent_checkpoint() -> None:
+    rs = records({"loss": 1.0}, {"loss": 1.0}, {"loss": 1.0})
+    policy = RetentionPolicy(num_to_keep=1, score_attribute="loss", score_order="min")
+    assert names(policy.select_to_delete(rs, "c2")) == ["c0", "c1"]
+
+
+def test_latest_accepts_a_record() -> None:
+    rs = records({"loss": 0.1}, {"loss": 0.9})
+    policy = RetentionPolicy(num_to_keep=1, score_attribute="loss", score_order="min")
+    assert policy.select_to_delete(rs, rs[1]) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_num_to_keep_must_be_positive(bad: int) -> None:
+    with pytest.raises(ValidationError, match="num_to_keep"):
+        RetentionPolicy(num_to_keep=bad)
+
+
+def test_score_order_is_checked() -> None:
+    with pytest.raises(ValidationError, match="score_order"):
+        RetentionPolicy(num_to_keep=1, score_order="best")  # type: ignore[arg-type]
