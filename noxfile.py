@@ -34,9 +34,17 @@ RUNTIME = "./packages/runtime-common"
 TRAIN = "./packages/train"
 TUNE = "./packages/tune"
 
-# Ray starts faster and quieter without its usage-stats prompt and with the
-# dashboard's optional deps not probed; tests never need the network.
+# Tests, the demo and the benchmarks run on loopback only and always start a
+# fresh local Ray instance:
+# - RAY_ADDRESS=local: a bare ray.init() otherwise attaches to whatever cluster
+#   /tmp/ray/ray_current_cluster names (ray.cluster_utils.Cluster writes it).
+# - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray take 127.0.0.1 as the node IP
+#   (and so MASTER_ADDR for torch.distributed); GLOO_SOCKET_IFNAME=lo keeps
+#   gloo's pairs on loopback too. Explicit ray.init(address=...) still works.
 TEST_ENV = {
+    "RAY_ADDRESS": "local",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "GLOO_SOCKET_IFNAME": "lo",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_DEDUP_LOGS": "0",
     "PYTHONFAULTHANDLER": "1",
