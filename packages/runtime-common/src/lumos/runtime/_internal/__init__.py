@@ -1,0 +1,1 @@
+"""Internals of lumos.runtime; not a public API."""

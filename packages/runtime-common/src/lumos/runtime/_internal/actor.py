@@ -1,0 +1,236 @@
+"""The worker actor shared by WorkerGroup (gang, ranks) and WorkerPool (independent).
+
+A threaded actor (``max_concurrency``): the owner keeps one long-poll ``poll`` call
+outstanding while ``launch``/``deliver``/``request_stop``/``execute`` calls run on
+other threads, and the user function runs in its own thread.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Imported here, not lazily in poll(): a user thread importing a big module (torch) holds
+# the import lock for seconds, and the poll path must never wait for it.
+from ray import cloudpickle
+
+from lumos.runtime._internal.errors import RemoteError
+from lumos.runtime._internal.session import (
+    ERROR,
+    EventQueue,
+    RawEvent,
+    WorkerInfo,
+    WorkerSession,
+    run_user_fn,
+    set_session,
+)
+
+ACTOR_MAX_CONCURRENCY = 16
+# How long an owner->worker message waits for its predecessors (calls on a threaded
+# actor may start slightly out of order; messages carry a sequence number).
+_ORDER_WAIT_S = 30.0
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def serialize_batch(batch: list[RawEvent]) -> bytes:
+    """Pickle a batch of raw events; an unpicklable event becomes an ERROR event."""
+    try:
+        return pickle.dumps(batch, protocol=5)
+    except Exception:
+        pass
+    try:
+        return bytes(cloudpickle.dumps(batch, protocol=5))  # type: ignore[no-untyped-call]
+    except Exception:
+        pass
+    safe: list[RawEvent] = []
+    for item in batch:
+        try:
+            cloudpickle.dumps(item, protocol=5)  # type: ignore[no-untyped-call]
+            safe.append(item)
+        except Exception as exc:
+            err = RemoteError.from_exception(
+                TypeError(
+                    f"a value sent to the owner (event kind {item[0]!r}) does not pickle: {exc}"
+                )
+            )
+            safe.append((ERROR, -1, err))
+    return bytes(cloudpickle.dumps(safe, protocol=5))  # type: ignore[no-untyped-call]
+
+
+class WorkerActor:
+    """Ray actor class (wrapped with ``ray.remote`` by the owner side)."""
+
+    def __init__(self) -> None:
+        self._outbox = EventQueue()
+        self._session: WorkerSession | None = None
+        self._thread: threading.Thread | None = None
+        self._order = threading.Condition(threading.Lock())
+        self._next_msg = 0
+        self._fn_cache: dict[str, Callable[..., Any]] = {}
+        self._rank: int | None = None
+
+    # -- setup ------------------------------------------------------------------------
+    def setup(self, env_vars: dict[str, str] | None) -> dict[str, Any]:
+        """Apply env vars and return where this worker runs (one call per actor)."""
+        if env_vars:
+            os.environ.update(env_vars)
+        import ray
+
+        ctx = ray.get_runtime_context()
+        gpu_ids: list[int] = []
+        for g in ray.get_gpu_ids():
+            try:
+                gpu_ids.append(int(g))
+            except (TypeError, ValueError):
+                continue
+        return {
+            "node_id": ctx.get_node_id(),
+            "node_ip": _node_ip(),
+            "pid": os.getpid(),
+            "gpu_ids": gpu_ids,
+        }
+
+    # -- ordered owner->worker messages -----------------------------------------------
+    def _in_order(self, seq: int, action: Callable[[], None]) -> None:
+        deadline = time.monotonic() + _ORDER_WAIT_S
+        with self._order:
+            while self._next_msg < seq:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break  # predecessor lost; do not block forever
+                self._order.wait(remaining)
+            try:
+                action()
+            finally:
+                self._next_msg = max(self._next_msg, seq + 1)
+                self._order.notify_all()
+
+    def launch(
+        self,
+        seq: int,
+        fn_key: str,
+        fn_box: list[Any],
+        args_box: list[Any],
+        rank_kwargs: dict[str, Any] | None,
+        info: WorkerInfo | None,
+        session_info: dict[str, Any] | None,
+    ) -> None:
+        """Start the user function in a new thread (errors become ERROR events).
+
+        ``fn_box`` / ``args_box`` hold an ObjectRef (or the value) in a list so Ray does
+        not resolve it before the call: the function is fetched once per actor.
+        """
+        self._in_order(
+            seq, lambda: self._launch(fn_key, fn_box, args_box, rank_kwargs, info, session_info)
+        )
+
+    def _launch(
+        self,
+        fn_key: str,
+        fn_box: list[Any],
+        args_box: list[Any],
+        rank_kwargs: dict[str, Any] | None,
+        info: WorkerInfo | None,
+        session_info: dict[str, Any] | None,
+    ) -> None:
+        self._rank = info.world_rank if info is not None else None
+        outbox = self._outbox
+        try:
+            if self._thread is not None and self._thread.is_alive():
+                raise RuntimeError("launch() on a worker whose previous function is still running")
+            import ray
+
+            fn = self._fn_cache.get(fn_key)
+            if fn is None:
+                payload = fn_box[0]
+                fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
+                self._fn_cache = {fn_key: fn}  # keep only the latest function
+            packed = args_box[0]
+            args, kwargs = ray.get(packed) if isinstance(packed, ray.ObjectRef) else packed
+            kwargs = {**kwargs, **(rank_kwargs or {})}
+            session = WorkerSession(info, session_info, outbox)
+        except BaseException as exc:
+            outbox.put((ERROR, -1, RemoteError.from_exception(exc, rank=self._rank)))
+            return
+        self._session = session
+        set_session(session)
+        rank = self._rank
+
+        def make_error(exc: BaseException) -> RemoteError:
+            return RemoteError.from_exception(exc, rank=rank)
+
+        assert fn is not None
+        thread = threading.Thread(
+            target=run_user_fn,
+            args=(session, fn, args, kwargs, outbox, make_error),
+            name="lumos-user-fn",
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+
+    def deliver(self, seq: int, value: Any) -> None:
+        """Put ``value`` into the running session's inbox."""
+
+        def action() -> None:
+            if self._session is not None:
+                self._session._deliver(value)
+
+        self._in_order(seq, action)
+
+    def request_stop(self, seq: int) -> None:
+        """Ask the running user function to stop (sets the flag, wakes ``receive``)."""
+
+        def action() -> None:
+            if self._session is not None:
+                self._session._request_stop()
+
+        self._in_order(seq, action)
+
+    def deliver_control(self, key: tuple[str, int], value: Any) -> None:
+        """Answer a barrier / broadcast (owner relay)."""
+        if self._session is not None:
+            self._session._deliver_control(key, value)
+
+    # -- owner polls ------------------------------------------------------------------
+    def poll(self, max_wait_s: float) -> bytes:
+        """Long-poll: every queued event (a batch), waiting up to ``max_wait_s``."""
+        return serialize_batch(self._outbox.drain(max_wait_s))
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the user thread to end; True when it has."""
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    # -- execute (in the actor, not in the user thread) -------------------------------
+    def execute(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``fn`` and return its result (exceptions propagate as Ray task errors)."""
+        return fn(*args, **kwargs)
+
+    def execute_tagged(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[bool, Any]:
+        """Run ``fn``; ``(True, result)`` or ``(False, RemoteError)``."""
+        try:
+            return True, fn(*args, **kwargs)
+        except BaseException as exc:
+            return False, RemoteError.from_exception(exc, rank=self._rank)
+
+    def ping(self) -> int:
+        return os.getpid()

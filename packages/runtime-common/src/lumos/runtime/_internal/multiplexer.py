@@ -1,0 +1,187 @@
+"""Owner side: one outstanding long-poll call per worker, ``ray.wait`` over all of them.
+
+Shared by WorkerGroup and WorkerPool. A reply is a pickled batch of raw events; a
+pending call that errors because the actor died becomes ``WorkerDiedEvent`` at once;
+a call that does not return within ``max_wait_s + health_check_timeout_s`` becomes
+``WorkerHungEvent``.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from lumos.runtime._internal.errors import RemoteError
+from lumos.runtime._internal.events import (
+    ErrorEvent,
+    Event,
+    FinishedEvent,
+    ReportEvent,
+    WorkerDiedEvent,
+    WorkerHungEvent,
+)
+from lumos.runtime._internal.session import COLLECTIVE, ERROR, FINISHED, REPORT, RawEvent
+
+logger = logging.getLogger("lumos.runtime")
+
+CollectiveHandler = Callable[[int, tuple[str, int], Any], None]
+
+
+def long_poll_wait_s(health_check_timeout_s: float) -> float:
+    """How long one long-poll call may wait in the worker before returning empty."""
+    return max(0.2, min(2.0, health_check_timeout_s / 2))
+
+
+@dataclass
+class _Channel:
+    key: int
+    actor: Any
+    node_id: str | None
+    pending: Any = None  # ObjectRef of the outstanding poll call
+    issued_at: float = 0.0
+    failed: bool = False
+    hung: bool = False
+
+
+def describe_actor_error(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {first}"[:2000]
+
+
+def decode(key: int, raw: RawEvent, on_collective: CollectiveHandler | None) -> Event | None:
+    """Turn one raw worker event into a public Event (collectives go to the handler)."""
+    kind, seq, data = raw
+    if kind == REPORT:
+        return ReportEvent(key, seq, data)
+    if kind == FINISHED:
+        result, stopped = data
+        return FinishedEvent(key, result, bool(stopped))
+    if kind == ERROR:
+        err: RemoteError = data
+        return ErrorEvent(key, err if err.rank == key else err.with_rank(key))
+    if kind == COLLECTIVE:
+        ckey, value = data
+        if on_collective is not None:
+            on_collective(key, ckey, value)
+        return None
+    raise ValueError(f"unknown raw event kind {kind!r}")
+
+
+class EventMultiplexer:
+    """Waits on all workers' long-poll calls at once."""
+
+    def __init__(
+        self, health_check_timeout_s: float, on_collective: CollectiveHandler | None = None
+    ):
+        self.health_check_timeout_s = health_check_timeout_s
+        self.max_wait_s = long_poll_wait_s(health_check_timeout_s)
+        self.on_collective = on_collective
+        self._channels: dict[int, _Channel] = {}
+
+    def add(self, key: int, actor: Any, node_id: str | None) -> None:
+        self._channels[key] = _Channel(key, actor, node_id)
+
+    def remove(self, key: int) -> None:
+        self._channels.pop(key, None)
+
+    def clear(self) -> None:
+        self._channels.clear()
+
+    def is_failed(self, key: int) -> bool:
+        ch = self._channels.get(key)
+        return ch is None or ch.failed
+
+    def is_hung(self, key: int) -> bool:
+        ch = self._channels.get(key)
+        return ch is not None and ch.hung
+
+    def _issue(self, ch: _Channel, now: float) -> None:
+        ch.pending = ch.actor.poll.remote(self.max_wait_s)
+        ch.issued_at = now
+
+    def poll(self, timeout_s: float | None, wake: list[Any] | None = None) -> list[Event]:
+        """Block until at least one event or ``timeout_s`` (None: until an event).
+
+        Returns ``[]`` early when one of the ``wake`` refs becomes ready.
+        """
+        wake = list(wake or [])
+        start = time.monotonic()
+        deadline = None if timeout_s is None else start + max(0.0, timeout_s)
+        while True:
+            now = time.monotonic()
+            live = [c for c in self._channels.values() if not c.failed]
+            for ch in live:
+                if ch.pending is None:
+                    self._issue(ch, now)
+            if not live and not wake:
+                return []
+            by_ref = {c.pending: c for c in live}
+            hang_at = min(
+                (c.issued_at + self.max_wait_s + self.health_check_timeout_s for c in live),
+                default=float("inf"),
+            )
+            until = hang_at if deadline is None else min(hang_at, deadline)
+            wait_s = None if until == float("inf") else max(0.0, until - now)
+            refs = list(by_ref) + wake
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s, fetch_local=True)
+            if ready and len(refs) > 1:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
+            events: list[Event] = []
+            woke = False
+            for ref in ready:
+                owner = by_ref.get(ref)
+                if owner is None:
+                    woke = True
+                    continue
+                events.extend(self._collect(owner, ref))
+            now = time.monotonic()
+            for ch in live:
+                if ch.failed or ch.pending is None or ch.pending in ready:
+                    continue
+                waited = now - ch.issued_at
+                if waited > self.max_wait_s + self.health_check_timeout_s:
+                    ch.failed = True
+                    ch.hung = True
+                    ch.pending = None
+                    events.append(WorkerHungEvent(ch.key, ch.node_id, waited))
+            if events or woke:
+                return events
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def _collect(self, ch: _Channel, ref: Any) -> list[Event]:
+        ch.pending = None
+        try:
+            blob = ray.get(ref, timeout=30)
+        except RayActorError as exc:
+            ch.failed = True
+            return [WorkerDiedEvent(ch.key, ch.node_id, describe_actor_error(exc))]
+        except (RayError, GetTimeoutError) as exc:
+            # The poll call itself failed (not the user function): treat the worker as lost.
+            ch.failed = True
+            return [WorkerDiedEvent(ch.key, ch.node_id, describe_actor_error(exc))]
+        try:
+            raws: list[RawEvent] = pickle.loads(blob)
+        except Exception as exc:
+            err = RemoteError.from_exception(
+                RuntimeError(
+                    f"events from worker {ch.key} could not be unpickled in the owner process "
+                    f"({type(exc).__name__}: {exc}); is every class you emit importable here?"
+                ),
+                rank=ch.key,
+            )
+            return [ErrorEvent(ch.key, err)]
+        out: list[Event] = []
+        for raw in raws:
+            ev = decode(ch.key, raw, self.on_collective)
+            if ev is not None:
+                out.append(ev)
+        return out

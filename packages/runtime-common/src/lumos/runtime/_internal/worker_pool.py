@@ -1,0 +1,275 @@
+"""WorkerPool: independent, reusable worker actors (no gang, no ranks) for Tune trials."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY
+from lumos.runtime._internal.errors import LumosRuntimeError
+from lumos.runtime._internal.events import Event, WorkerDiedEvent
+from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
+from lumos.runtime._internal.placement import actor_options
+from lumos.runtime._internal.worker_group import (
+    RemoteWorker,
+    kill_quietly,
+    validate_env_vars,
+    validate_resources,
+)
+
+logger = logging.getLogger("lumos.runtime")
+
+
+@dataclass
+class _PoolWorker:
+    actor: Any
+    setup_ref: Any
+    ready: bool = False
+    node_id: str | None = None
+    pid: int | None = None
+    seq: int = 0
+
+
+class WorkerPool:
+    """Independent worker actors that run one function at a time each; owner side.
+
+    Workers are placed by Ray (no placement group) and reused across launches: the
+    function is ``ray.put`` once per pool and deserialized once per actor. Events
+    carry the worker id as ``rank``.
+
+    Args:
+        resources_per_worker: Ray resources of each worker, e.g. ``{"CPU": 1}``; all
+            zero (``{"CPU": 0}``) is allowed for workers that only drive nested jobs.
+        env_vars: Environment variables set in each worker before user code runs.
+        health_check_timeout_s: See ``WorkerGroupSpec.health_check_timeout_s``.
+
+    Example:
+        >>> pool = WorkerPool({"CPU": 1})
+        >>> wid = pool.add_worker()
+        >>> pool.launch(wid, objective, kwargs={"config": {"lr": 0.1}})
+        >>> events = pool.poll(timeout_s=1.0)
+        >>> pool.shutdown()
+    """
+
+    def __init__(
+        self,
+        resources_per_worker: dict[str, float],
+        env_vars: dict[str, str] | None = None,
+        health_check_timeout_s: float = 10.0,
+    ) -> None:
+        validate_resources(resources_per_worker, allow_zero=True)
+        validate_env_vars(env_vars or {})
+        if not health_check_timeout_s > 0:
+            raise ValueError(
+                f"health_check_timeout_s={health_check_timeout_s!r} is invalid: must be > 0"
+            )
+        self.resources_per_worker = dict(resources_per_worker)
+        self.env_vars = dict(env_vars or {})
+        self.health_check_timeout_s = health_check_timeout_s
+        self._workers: dict[int, _PoolWorker] = {}
+        self._next_id = 0
+        self._mux = EventMultiplexer(health_check_timeout_s)
+        self._fn_cache: dict[int, tuple[Callable[..., Any], Any, str]] = {}
+        self._backlog: list[Event] = []
+        self._seq_lock = threading.Lock()
+        self._closed = False
+
+    def add_worker(self) -> int:
+        """Create one worker actor (placement by Ray; it may wait for resources).
+
+        Returns:
+            The worker id (used as ``rank`` in its events).
+        """
+        self._check_open()
+        if not ray.is_initialized():
+            ray.init()
+        wid = self._next_id
+        self._next_id += 1
+        actor = RemoteWorker.options(
+            max_concurrency=ACTOR_MAX_CONCURRENCY,
+            max_restarts=0,
+            max_task_retries=0,
+            **actor_options(self.resources_per_worker),
+        ).remote()
+        self._workers[wid] = _PoolWorker(actor, actor.setup.remote(self.env_vars or None))
+        return wid
+
+    def ready(self, worker_id: int) -> bool:
+        """True once the worker's actor is running (its setup call returned)."""
+        self._refresh()
+        w = self._workers.get(worker_id)
+        return w is not None and w.ready
+
+    def pending_workers(self) -> list[int]:
+        """Workers created but not yet running ("waiting for resources")."""
+        self._refresh()
+        return [wid for wid, w in self._workers.items() if not w.ready and w.setup_ref is not None]
+
+    @property
+    def worker_ids(self) -> list[int]:
+        """Ids of all workers in the pool (pending ones included)."""
+        return list(self._workers)
+
+    def node_id(self, worker_id: int) -> str | None:
+        """The Ray node id of a running worker (``None`` while pending)."""
+        w = self._workers.get(worker_id)
+        return w.node_id if w is not None else None
+
+    def launch(
+        self,
+        worker_id: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        session_info: dict[str, Any] | None = None,
+    ) -> None:
+        """Start ``fn(*args, **kwargs)`` in a thread on the worker (returns at once).
+
+        May be called on a pending worker: it starts once the actor runs.
+        """
+        self._check_open()
+        w = self._worker(worker_id)
+        cached = self._fn_cache.get(id(fn))
+        if cached is None or cached[0] is not fn:
+            cached = (fn, ray.put(fn), f"pool{id(self)}:{len(self._fn_cache)}:{id(fn)}")
+            self._fn_cache[id(fn)] = cached
+        _, fn_ref, fn_key = cached
+        w.actor.launch.remote(
+            self._next_seq(w),
+            fn_key,
+            [fn_ref],
+            [(tuple(args), dict(kwargs or {}))],
+            None,
+            None,
+            session_info,
+        )
+
+    def poll(self, timeout_s: float | None) -> list[Event]:
+        """Events from all workers (``event.rank`` is the worker id).
+
+        Blocks until at least one event or ``timeout_s``; returns ``[]`` early when a
+        pending worker becomes ready (so the caller can launch on it).
+        """
+        self._check_open()
+        self._refresh()
+        if self._backlog:
+            out, self._backlog = self._backlog, []
+            return out
+        wake = [
+            w.setup_ref for w in self._workers.values() if not w.ready and w.setup_ref is not None
+        ]
+        events = self._mux.poll(timeout_s, wake=wake)
+        self._refresh()
+        if self._backlog:
+            events = events + self._backlog
+            self._backlog = []
+        return events
+
+    def send(self, worker_id: int, value: Any) -> None:
+        """Deliver ``value`` to the worker's inbox (``session.receive()``), in order."""
+        self._check_open()
+        w = self._worker(worker_id)
+        w.actor.deliver.remote(self._next_seq(w), value)
+
+    def request_stop(self, worker_id: int) -> None:
+        """Set the stop flag of the function running on that worker."""
+        self._check_open()
+        w = self._worker(worker_id)
+        w.actor.request_stop.remote(self._next_seq(w))
+
+    def remove_worker(self, worker_id: int) -> None:
+        """Kill the worker's actor and forget it (no-op for an unknown id)."""
+        w = self._workers.pop(worker_id, None)
+        self._mux.remove(worker_id)
+        if w is not None:
+            kill_quietly(w.actor)
+
+    def shutdown(self, grace_period_s: float = 5.0) -> None:
+        """Stop every running function (up to ``grace_period_s``), then kill all actors."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            live = [
+                w for wid, w in self._workers.items() if w.ready and not self._mux.is_failed(wid)
+            ]
+            if grace_period_s > 0 and live:
+                for w in live:
+                    w.actor.request_stop.remote(self._next_seq(w))
+                joins = [w.actor.join.remote(grace_period_s) for w in live]
+                try:
+                    ray.wait(joins, num_returns=len(joins), timeout=grace_period_s + 1.0)
+                except Exception:
+                    logger.debug("waiting for user threads failed", exc_info=True)
+        finally:
+            for w in self._workers.values():
+                kill_quietly(w.actor)
+            self._workers.clear()
+            self._mux.clear()
+            self._fn_cache.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown(grace_period_s=0.0 if exc is not None else 5.0)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and ray.is_initialized():
+            try:
+                self.shutdown(grace_period_s=0.0)
+            except Exception:
+                pass
+
+    # -- helpers ----------------------------------------------------------------------
+    def _worker(self, worker_id: int) -> _PoolWorker:
+        w = self._workers.get(worker_id)
+        if w is None:
+            raise LumosRuntimeError(f"unknown worker id {worker_id} (removed or never added)")
+        return w
+
+    def _next_seq(self, w: _PoolWorker) -> int:
+        with self._seq_lock:
+            seq = w.seq
+            w.seq = seq + 1
+            return seq
+
+    def _refresh(self) -> None:
+        """Register workers whose setup returned; a failed setup is a WorkerDiedEvent."""
+        waiting = {
+            w.setup_ref: wid
+            for wid, w in self._workers.items()
+            if not w.ready and w.setup_ref is not None
+        }
+        if not waiting:
+            return
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+        for ref in ready:
+            wid = waiting[ref]
+            w = self._workers[wid]
+            w.setup_ref = None
+            try:
+                meta = ray.get(ref)
+            except (RayActorError, RayTaskError) as exc:
+                self._backlog.append(WorkerDiedEvent(wid, None, describe_actor_error(exc)))
+                continue
+            w.ready = True
+            w.node_id = meta["node_id"]
+            w.pid = meta["pid"]
+            self._mux.add(wid, w.actor, w.node_id)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LumosRuntimeError("the worker pool was shut down")

@@ -1,0 +1,168 @@
+"""WorkerPool on a real local Ray cluster."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lumos.runtime import (
+    ErrorEvent,
+    Event,
+    FinishedEvent,
+    LumosRuntimeError,
+    ReportEvent,
+    WorkerDiedEvent,
+    WorkerPool,
+    worker,
+)
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+_LOADS = 0
+
+
+class CountingObjective:
+    """Counts how often it is unpickled in a worker process."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_make_counting, ())
+
+    def __call__(self, x: int) -> dict[str, Any]:
+        session = worker.get_session()
+        assert session is not None
+        assert session.info is None
+        session.emit({"x": x})
+        return {
+            "x": x,
+            "loads": _LOADS,
+            "pid": os.getpid(),
+            "trial": session.session_info.get("trial"),
+        }
+
+
+def _make_counting() -> CountingObjective:
+    global _LOADS
+    _LOADS += 1
+    return CountingObjective()
+
+
+def wait_for_stop() -> None:
+    session = worker.get_session()
+    assert session is not None
+    session.receive()
+
+
+def report_pid_and_wait() -> None:
+    session = worker.get_session()
+    assert session is not None
+    session.emit(os.getpid())
+    session.receive()
+
+
+def echo_twice() -> list[Any]:
+    session = worker.get_session()
+    assert session is not None
+    return [session.receive(timeout_s=60), session.receive(timeout_s=60)]
+
+
+def _poll_until(
+    pool: WorkerPool, done: Callable[[list[Event]], bool], timeout_s: float = 120
+) -> list[Event]:
+    events: list[Event] = []
+    deadline = time.monotonic() + timeout_s
+    while not done(events):
+        assert time.monotonic() < deadline, f"timed out; got {events[-5:]}"
+        events += pool.poll(2.0)
+    return events
+
+
+def _ended(n: int) -> Callable[[list[Event]], bool]:
+    return lambda evs: sum(isinstance(e, (FinishedEvent, ErrorEvent)) for e in evs) >= n
+
+
+def test_pool_reuses_actors_and_ships_fn_once() -> None:
+    objective = CountingObjective()
+    with WorkerPool({"CPU": 1}) as pool:
+        a, b = pool.add_worker(), pool.add_worker()
+        results: list[dict[str, Any]] = []
+        for round_ in range(3):
+            for wid in (a, b):
+                pool.launch(
+                    wid, objective, kwargs={"x": round_}, session_info={"trial": f"t{round_}-{wid}"}
+                )
+            events = _poll_until(pool, _ended(2))
+            assert sorted(e.rank for e in events if isinstance(e, ReportEvent)) == [a, b]
+            results += [e.result for e in events if isinstance(e, FinishedEvent)]
+        assert pool.ready(a)
+        assert pool.ready(b)
+        assert pool.pending_workers() == []
+    assert len({r["pid"] for r in results}) == 2  # two actors, reused
+    assert {r["loads"] for r in results} == {1}  # deserialized once per actor
+    assert sorted(r["trial"] for r in results)[0] == "t0-0"
+
+
+def test_pool_pending_when_no_resources_then_ready_after_removal() -> None:
+    with WorkerPool({"CPU": 3}) as pool:
+        a = pool.add_worker()
+        b = pool.add_worker()  # 4 CPUs in the cluster: the second cannot be placed
+        deadline = time.monotonic() + 60
+        while not pool.ready(a):
+            assert time.monotonic() < deadline
+            pool.poll(1.0)
+        assert pool.pending_workers() == [b]
+        assert not pool.ready(b)
+        pool.remove_worker(a)
+        while not pool.ready(b):
+            assert time.monotonic() < deadline + 60
+            pool.poll(1.0)
+        assert pool.pending_workers() == []
+        with pytest.raises(LumosRuntimeError, match="unknown worker id"):
+            pool.launch(a, wait_for_stop)
+
+
+def test_pool_send_and_stop() -> None:
+    with WorkerPool({"CPU": 1}) as pool:
+        a, b = pool.add_worker(), pool.add_worker()
+        pool.launch(a, wait_for_stop)
+        pool.launch(b, echo_twice)
+        pool.send(b, "x")
+        pool.send(b, "y")
+        events = _poll_until(pool, _ended(1))
+        assert [e.result for e in events if isinstance(e, FinishedEvent)] == [["x", "y"]]
+        pool.request_stop(a)
+        events = _poll_until(pool, _ended(1))
+        assert [(e.rank, e.stopped) for e in events if isinstance(e, FinishedEvent)] == [(a, True)]
+
+
+def test_pool_sigkilled_worker_is_reported_died() -> None:
+    import signal
+
+    with WorkerPool({"CPU": 1}) as pool:
+        a, b = pool.add_worker(), pool.add_worker()
+        pool.launch(a, report_pid_and_wait)
+        pool.launch(b, report_pid_and_wait)
+        events = _poll_until(pool, lambda evs: sum(isinstance(e, ReportEvent) for e in evs) >= 2)
+        pids = {e.rank: e.payload for e in events if isinstance(e, ReportEvent)}
+        os.kill(pids[b], signal.SIGKILL)
+        events = _poll_until(pool, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs), 60)
+        assert [e.rank for e in events if isinstance(e, WorkerDiedEvent)] == [b]
+        assert pool.node_id(b) is not None
+        pool.remove_worker(b)
+        pool.request_stop(a)
+        events = _poll_until(pool, _ended(1))
+        assert [(e.rank, e.stopped) for e in events if isinstance(e, FinishedEvent)] == [(a, True)]
+
+
+def test_pool_zero_resource_workers() -> None:
+    with WorkerPool({"CPU": 0}) as pool:
+        ids = [pool.add_worker() for _ in range(6)]  # more than the 4 CPUs: none are reserved
+        for wid in ids:
+            pool.launch(wid, echo_twice)
+            pool.send(wid, wid)
+            pool.send(wid, "z")
+        events = _poll_until(pool, _ended(6))
+        assert sorted(e.result[0] for e in events if isinstance(e, FinishedEvent)) == ids
