@@ -155,7 +155,7 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against bare Ray, Ray Train V2 and Ray Tune in the same run; prints ratios."""
-    _install_all(session)
+    _install_all(session, "pyarrow")  # ray.tune, the baseline of bench_tune.py, needs it
     env = dict(TEST_ENV, RAY_TRAIN_V2_ENABLED="1")
     names = session.posargs or sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
     for name in names:

@@ -1,0 +1,244 @@
+"""Trivial-trial throughput of lumos.tune vs bare Ray and ray.tune, and driver memory.
+
+Three ways to run the same sweep of trivial trials (one report each, TPE sampler,
+2 trials at a time), measured in the same run on the same Ray cluster:
+
+* floor: what bare Ray does -- optuna ask/tell in the driver, 2 reused actors,
+  results gathered with ``ray.wait`` (no storage, no reports, no pruning);
+* lumos.tune: ``Tuner(...).fit()`` with its journal on local storage;
+  (floor and lumos run interleaved, 3 rounds each; the best round of each counts,
+  since the machine is shared);
+* ray.tune with ``OptunaSearch`` (fewer trials: it is slow; rates are compared).
+
+Then the driver's peak RSS during a 2,000-trial lumos sweep (in a fresh
+subprocess so that earlier parts do not count).
+
+Budget (DESIGN.md): lumos >= 0.6x the floor, >= 100x ray.tune, RSS < 300 MB.
+
+Run: ``/work/venv/bin/python benchmarks/bench_tune.py`` (``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import optuna
+import ray
+
+TRIALS = 200
+RAY_TUNE_TRIALS = 20
+RSS_TRIALS = 2000
+CONCURRENCY = 2
+ROUNDS = 3
+
+
+def objective(config: dict[str, Any]) -> None:
+    from lumos import tune
+
+    tune.report({"loss": (config["x"] - 2.0) ** 2})
+
+
+# -- floor: bare Ray -------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=1)
+class _Runner:
+    def run(self, x: float) -> float:
+        return (x - 2.0) ** 2
+
+
+def bare_ray(n: int) -> float:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.perf_counter()
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    actors = [_Runner.remote() for _ in range(CONCURRENCY)]
+    inflight: dict[Any, tuple[Any, optuna.Trial]] = {}
+    asked = done = 0
+    while done < n:
+        idle = [a for a in actors if a not in {v[0] for v in inflight.values()}]
+        while idle and asked < n:
+            trial = study.ask()
+            x = trial.suggest_float("x", -10, 10)
+            actor = idle.pop()
+            inflight[actor.run.remote(x)] = (actor, trial)
+            asked += 1
+        ready, _ = ray.wait(list(inflight), num_returns=1)
+        for ref in ready:
+            _, trial = inflight.pop(ref)
+            study.tell(trial, ray.get(ref))
+            done += 1
+    elapsed = time.perf_counter() - t0
+    for a in actors:
+        ray.kill(a)
+    return n / elapsed
+
+
+# -- lumos.tune --------------------------------------------------------------------------------
+
+
+def lumos_tune(n: int, storage: str, name: str) -> float:
+    from lumos import tune
+
+    t0 = time.perf_counter()
+    grid = tune.Tuner(
+        objective,
+        param_space={"x": tune.uniform(-10, 10)},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            num_samples=n,
+            max_concurrent_trials=CONCURRENCY,
+            sampler=optuna.samplers.TPESampler(seed=0),
+        ),
+        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0),
+    ).fit()
+    elapsed = time.perf_counter() - t0
+    assert len(grid) == n, grid
+    assert grid.num_terminated == n, grid
+    return n / elapsed
+
+
+# -- ray.tune with OptunaSearch ----------------------------------------------------------------
+
+
+def _ray_tune_objective(config: dict[str, Any]) -> None:
+    from ray import tune as ray_tune
+
+    ray_tune.report({"loss": (config["x"] - 2.0) ** 2})
+
+
+def ray_tune(n: int, storage: str) -> float | None:
+    try:
+        from ray import tune as ray_tune
+        from ray.tune.search.optuna import OptunaSearch
+    except ImportError as exc:
+        print(f"ray.tune unavailable ({exc}); pip install 'ray[tune]' to compare")
+        return None
+    t0 = time.perf_counter()
+    tuner = ray_tune.Tuner(
+        _ray_tune_objective,
+        param_space={"x": ray_tune.uniform(-10, 10)},
+        tune_config=ray_tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            num_samples=n,
+            max_concurrent_trials=CONCURRENCY,
+            search_alg=OptunaSearch(sampler=optuna.samplers.TPESampler(seed=0)),
+        ),
+        run_config=ray_tune.RunConfig(name="bench-ray-tune", storage_path=storage, verbose=0),
+    )
+    results = tuner.fit()
+    elapsed = time.perf_counter() - t0
+    assert len(results) == n
+    return n / elapsed
+
+
+# -- driver RSS for a long sweep (subprocess) --------------------------------------------------
+
+
+def _peak_rss_mb() -> float:
+    # VmHWM: this process image's peak RSS. (getrusage's ru_maxrss would also count the
+    # parent's peak, inherited across fork+exec on Linux.)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _rss_child(n: int, storage: str, address: str) -> None:
+    ray.init(address=address, log_to_driver=False)
+    rate = lumos_tune(n, storage, "bench-rss")
+    print(json.dumps({"rate": rate, "peak_rss_mb": _peak_rss_mb()}))
+
+
+def driver_rss(n: int, storage: str, address: str) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--rss-child", str(n), storage, address],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
+    return dict(json.loads(line))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    parser.add_argument("--rss-child", nargs=3, metavar=("N", "STORAGE", "ADDRESS"))
+    args = parser.parse_args()
+    if args.rss_child:
+        n, storage, address = args.rss_child
+        _rss_child(int(n), storage, address)
+        return
+
+    trials = 40 if args.quick else TRIALS
+    ray_trials = 4 if args.quick else RAY_TUNE_TRIALS
+    rss_trials = 200 if args.quick else RSS_TRIALS
+    rounds = 1 if args.quick else ROUNDS
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    address = ctx.address_info["address"]
+    with tempfile.TemporaryDirectory(prefix="bench-tune-") as storage:
+        # warm-up: first actor start-up and imports on the workers
+        bare_ray(10)
+        lumos_tune(10, storage, "bench-warmup")
+
+        # The machine is shared: interleave the two and keep each one's best round.
+        floors, ours_all = [], []
+        for i in range(rounds):
+            floors.append(bare_ray(trials))
+            ours_all.append(lumos_tune(trials, storage, f"bench-lumos-{i}"))
+        floor, ours = max(floors), max(ours_all)
+        print(
+            f"rounds (trials/s): floor {[round(f, 1) for f in floors]}, "
+            f"lumos {[round(o, 1) for o in ours_all]}"
+        )
+        theirs = ray_tune(ray_trials, storage)
+        rss = driver_rss(rss_trials, storage, address)
+    ray.shutdown()
+
+    print()
+    print(f"trivial trials, TPE, max_concurrent_trials={CONCURRENCY}")
+    print(
+        f"  bare Ray floor (ask/tell + 2 actors): {floor:8.1f} trials/s  "
+        f"({trials} trials, best of {rounds})"
+    )
+    print(
+        f"  lumos.tune:                           {ours:8.1f} trials/s  "
+        f"({trials} trials, best of {rounds})"
+    )
+    if theirs is not None:
+        print(
+            f"  ray.tune + OptunaSearch:              {theirs:8.2f} trials/s  ({ray_trials} trials)"
+        )
+    ratio_floor = ours / floor
+    print(
+        f"  lumos / floor    = {ratio_floor:6.2f}x   (budget >= 0.6x)  "
+        f"{'OK' if ratio_floor >= 0.6 else 'OVER BUDGET'}"
+    )
+    if theirs is not None:
+        ratio_ray = ours / theirs
+        print(
+            f"  lumos / ray.tune = {ratio_ray:6.1f}x   (budget >= 100x)  "
+            f"{'OK' if ratio_ray >= 100 else 'OVER BUDGET'}"
+        )
+    peak = rss["peak_rss_mb"]
+    print(
+        f"driver peak RSS, {rss_trials}-trial lumos sweep: {peak:.0f} MB "
+        f"(budget < 300 MB) {'OK' if peak < 300 else 'OVER BUDGET'}; "
+        f"rate {rss['rate']:.1f} trials/s"
+    )
+
+
+if __name__ == "__main__":
+    main()

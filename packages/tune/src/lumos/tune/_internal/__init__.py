@@ -1,0 +1,1 @@
+"""Internals of lumos.tune; nothing here is public API."""

@@ -1,0 +1,228 @@
+"""Driver-side callbacks, and the CSV / JSON / TensorBoard loggers built on them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from lumos.storage import resolve_filesystem
+from lumos.tune._internal.journal import dumps, is_local
+from lumos.tune._internal.trial import Trial
+
+
+class Callback:
+    """Hooks the driver calls as trials progress (override what you need).
+
+    Callbacks run in the driver process, in the driver's loop: keep them quick.
+
+    Example:
+        >>> class PrintBest(tune.Callback):
+        ...     def on_trial_complete(self, trial):
+        ...         print(trial.trial_name, trial.last_result.get("loss"))
+        >>> tune.RunConfig(callbacks=[PrintBest()])
+    """
+
+    def setup(self, experiment_path: str, filesystem: AbstractFileSystem) -> None:
+        """Called once before the first trial starts.
+
+        Args:
+            experiment_path: URL / local path of the experiment directory.
+            filesystem: The experiment's fsspec filesystem.
+        """
+
+    def on_trial_start(self, trial: Trial) -> None:
+        """A trial (or a retry of it) was launched."""
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        """A trial reported ``result`` (``trial.last_result`` is already updated)."""
+
+    def on_trial_complete(self, trial: Trial) -> None:
+        """A trial ended as TERMINATED or PRUNED."""
+
+    def on_trial_error(self, trial: Trial) -> None:
+        """A trial failed for good (after its retries); ``trial.error`` holds the error."""
+
+    def on_experiment_end(self, trials: list[Trial]) -> None:
+        """Called once after the last trial ended."""
+
+
+class _TrialFileLogger(Callback):
+    """Writes one file per trial into its directory.
+
+    On a local filesystem the file is appended as results arrive; on other
+    filesystems (no append) it is written once when the trial ends.
+    """
+
+    filename = ""
+
+    def __init__(self) -> None:
+        self._fs: AbstractFileSystem | None = None
+        self._files: dict[str, io.TextIOBase] = {}
+        self._buffers: dict[str, io.StringIO] = {}
+
+    def setup(self, experiment_path: str, filesystem: AbstractFileSystem) -> None:
+        self._fs = filesystem
+
+    def _path(self, trial: Trial) -> str:
+        return trial.path.rstrip("/") + "/" + self.filename
+
+    def _stream(self, trial: Trial) -> io.TextIOBase:
+        key = trial.trial_name
+        if self._fs is None:
+            self._fs, _ = resolve_filesystem(trial.path)
+        if is_local(self._fs):
+            f = self._files.get(key)
+            if f is None:
+                os.makedirs(trial.path, exist_ok=True)
+                f = open(self._path(trial), "a", encoding="utf-8", newline="")  # noqa: SIM115
+                self._files[key] = f
+            return f
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = io.StringIO()
+        return buf
+
+    def _close(self, trial: Trial) -> None:
+        f = self._files.pop(trial.trial_name, None)
+        if f is not None:
+            f.close()
+        buf = self._buffers.pop(trial.trial_name, None)
+        if buf is not None and self._fs is not None:
+            self._fs.pipe_file(self._path(trial), buf.getvalue().encode("utf-8"))
+
+    def on_trial_complete(self, trial: Trial) -> None:
+        self._close(trial)
+
+    def on_trial_error(self, trial: Trial) -> None:
+        self._close(trial)
+
+    def on_experiment_end(self, trials: list[Trial]) -> None:
+        for trial in trials:
+            if trial.trial_name in self._files or trial.trial_name in self._buffers:
+                self._close(trial)
+
+
+class JSONLoggerCallback(_TrialFileLogger):
+    """Writes every result of a trial as a JSON line to ``<trial dir>/result.json``.
+
+    Example:
+        >>> tune.RunConfig(callbacks=[tune.JSONLoggerCallback()])
+    """
+
+    filename = "result.json"
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        stream = self._stream(trial)
+        stream.write(dumps(result) + "\n")
+        stream.flush()
+
+
+class CSVLoggerCallback(_TrialFileLogger):
+    """Writes every result of a trial as a CSV row to ``<trial dir>/progress.csv``.
+
+    The header is the first result's keys; later new keys are dropped from the CSV
+    (they stay in ``Result.metrics_dataframe``).
+
+    Example:
+        >>> tune.RunConfig(callbacks=[tune.CSVLoggerCallback()])
+    """
+
+    filename = "progress.csv"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fields: dict[str, list[str]] = {}
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        stream = self._stream(trial)
+        fields = self._fields.get(trial.trial_name)
+        writer_header = False
+        if fields is None:
+            fields = self._fields[trial.trial_name] = list(result)
+            writer_header = True
+        writer = csv.DictWriter(stream, fieldnames=fields, extrasaction="ignore")
+        if writer_header:
+            writer.writeheader()
+        writer.writerow({k: result.get(k, "") for k in fields})
+        stream.flush()
+
+    def _close(self, trial: Trial) -> None:
+        self._fields.pop(trial.trial_name, None)
+        super()._close(trial)
+
+
+class TBXLoggerCallback(Callback):
+    """Writes numeric results to TensorBoard event files in each trial's directory.
+
+    Needs ``tensorboardX`` (``pip install "lumos-tune[tensorboard]"``). On
+    non-local storage the event files are written locally and uploaded when the
+    trial ends.
+
+    Example:
+        >>> tune.RunConfig(callbacks=[tune.TBXLoggerCallback()])
+    """
+
+    def __init__(self) -> None:
+        try:
+            import tensorboardX
+        except ImportError as exc:
+            raise ImportError(
+                "TBXLoggerCallback needs tensorboardX: pip install 'lumos-tune[tensorboard]' "
+                "(or pip install tensorboardX)"
+            ) from exc
+        self._tbx = tensorboardX
+        self._fs: AbstractFileSystem | None = None
+        self._writers: dict[str, tuple[Any, str]] = {}
+
+    def setup(self, experiment_path: str, filesystem: AbstractFileSystem) -> None:
+        self._fs = filesystem
+
+    def _writer(self, trial: Trial) -> Any:
+        entry = self._writers.get(trial.trial_name)
+        if entry is None:
+            if self._fs is None:
+                self._fs, _ = resolve_filesystem(trial.path)
+            logdir = trial.path if is_local(self._fs) else tempfile.mkdtemp(prefix="lumos-tbx-")
+            writer = self._tbx.SummaryWriter(logdir=logdir, flush_secs=30)
+            entry = self._writers[trial.trial_name] = (writer, logdir)
+        return entry[0]
+
+    def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        writer = self._writer(trial)
+        step = int(result.get("training_iteration", trial.iteration))
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                writer.add_scalar(key, value, global_step=step)
+
+    def _close(self, trial: Trial) -> None:
+        entry = self._writers.pop(trial.trial_name, None)
+        if entry is None:
+            return
+        writer, logdir = entry
+        writer.close()
+        if self._fs is not None and not is_local(self._fs):
+            for name in os.listdir(logdir):
+                self._fs.put_file(os.path.join(logdir, name), trial.path.rstrip("/") + "/" + name)
+
+    def on_trial_complete(self, trial: Trial) -> None:
+        self._close(trial)
+
+    def on_trial_error(self, trial: Trial) -> None:
+        self._close(trial)
+
+    def on_experiment_end(self, trials: list[Trial]) -> None:
+        for name in list(self._writers):
+            for trial in trials:
+                if trial.trial_name == name:
+                    self._close(trial)
+
+
+def params_json(config: dict[str, Any]) -> str:
+    """A config as pretty JSON (non-JSON values as their repr)."""
+    return json.dumps(config, indent=1, default=repr, sort_keys=True)

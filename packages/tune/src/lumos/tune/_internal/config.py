@@ -1,0 +1,293 @@
+"""User-facing configs of lumos.tune (pydantic models, validated at construction)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import optuna
+from fsspec import AbstractFileSystem
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lumos.storage import RetentionPolicy, validate_name
+
+if TYPE_CHECKING:
+    from lumos.tune._internal.callbacks import Callback
+
+Mode = Literal["min", "max"]
+StopCallable = Callable[[str, dict[str, Any]], bool]
+
+
+def _check_mode(value: Any) -> None:
+    if value not in ("min", "max"):
+        raise ValueError(f"mode must be 'min' or 'max', got {value!r}")
+
+
+class FailureConfig(BaseModel):
+    """How often a failed trial is retried.
+
+    Args:
+        max_failures: Retries per trial after an error (0: none, -1: unlimited). A retry
+            resumes from the trial's last checkpoint (``tune.get_checkpoint()``).
+
+    Example:
+        >>> tune.RunConfig(failure_config=tune.FailureConfig(max_failures=2))
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_failures: int = Field(default=0, ge=-1)
+
+
+class CheckpointConfig(BaseModel):
+    """Which checkpoints of each trial to keep.
+
+    Args:
+        num_to_keep: Checkpoints kept per trial (None: all). The latest is always kept.
+        checkpoint_score_attribute: Metric that ranks checkpoints (keeps the best ones).
+        checkpoint_score_order: ``"max"`` or ``"min"``.
+
+    Example:
+        >>> tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
+        ...                       checkpoint_score_order="min")
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_to_keep: int | None = Field(default=None, ge=1)
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Mode = "max"
+
+    def retention(self) -> RetentionPolicy:
+        """The storage retention policy this config means."""
+        return RetentionPolicy(
+            num_to_keep=self.num_to_keep,
+            score_attribute=self.checkpoint_score_attribute,
+            score_order=self.checkpoint_score_order,
+        )
+
+
+class RunConfig(BaseModel):
+    """Where the experiment lives and how it reports.
+
+    Running the same script again with the same ``storage_path`` and ``name``
+    resumes the experiment: finished trials are kept, unfinished ones resume from
+    their last checkpoint and the Optuna study keeps its history.
+
+    Args:
+        name: Experiment name (a directory under ``storage_path``). Default:
+            ``"<trainable name>-<UTC timestamp>"`` (a new experiment each run).
+        storage_path: Local path or fsspec URL (``s3://bucket/sweeps``); default
+            ``~/lumos_results``.
+        storage_filesystem: An fsspec filesystem to use instead of guessing from the URL.
+        failure_config: Trial retries.
+        checkpoint_config: Per-trial checkpoint retention.
+        callbacks: :class:`~lumos.tune.Callback` objects called in the driver.
+        verbose: 0 silent, 1 progress table and summary, 2 also one line per finished trial.
+
+    Example:
+        >>> tune.RunConfig(name="sweep-7", storage_path="s3://bucket/sweeps")
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str | None = None
+    storage_path: str = "~/lumos_results"
+    storage_filesystem: AbstractFileSystem | None = None
+    failure_config: FailureConfig = Field(default_factory=FailureConfig)
+    checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    callbacks: list[Any] = Field(default_factory=list)
+    verbose: int = Field(default=1, ge=0, le=2)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return validate_name(value, field="RunConfig.name")
+
+    @field_validator("storage_path", mode="before")
+    @classmethod
+    def _path_str(cls, value: Any) -> Any:
+        import os
+
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        return value
+
+    @field_validator("callbacks")
+    @classmethod
+    def _callbacks(cls, value: list[Any]) -> list[Any]:
+        from lumos.tune._internal.callbacks import Callback
+
+        for cb in value:
+            if not isinstance(cb, Callback):
+                raise ValueError(
+                    f"callbacks must be tune.Callback instances, got {type(cb).__name__}"
+                )
+        return value
+
+    def callback_objects(self) -> list[Callback]:
+        """The callbacks, typed."""
+        return list(self.callbacks)
+
+
+class TuneConfig(BaseModel):
+    """What to search and how.
+
+    Args:
+        metric: The reported metric to optimize, or a list for multi-objective search.
+        mode: ``"min"`` or ``"max"`` (a list matching ``metric`` for multi-objective).
+        sampler: Any Optuna sampler (default ``TPESampler``; ``NSGAIISampler`` for
+            multi-objective). Seed it for reproducible runs.
+        pruner: Any Optuna pruner (``SuccessiveHalvingPruner`` = ASHA, ``HyperbandPruner``,
+            ``MedianPruner``, ...). Each ``tune.report`` is one step.
+        num_samples: Number of trials (times the grid size when the space has grid
+            searches). -1: keep starting trials until ``time_budget_s`` runs out.
+        max_concurrent_trials: Trials running at once (default: as many as the
+            cluster's CPUs fit with ``trial_resources``).
+        time_budget_s: Stop starting trials after this long and stop running ones.
+        stop: Stop a trial when a reported metric reaches a value
+            (``{"training_iteration": 10}`` stops at or above 10), or a callable
+            ``(trial_id, result) -> bool``.
+        trial_resources: Ray resources each trial's actor reserves (default
+            ``{"CPU": 1}``). A trial that launches a trainer needs little
+            (``{"CPU": 0}`` or a number, meaning CPUs).
+        points_to_evaluate: Configs (flat param names -> values) to try first.
+        fail_fast: Stop the sweep and raise at the first trial error (after retries).
+
+    Example:
+        >>> tune.TuneConfig(metric="loss", mode="min", num_samples=50,
+        ...                 sampler=optuna.samplers.TPESampler(seed=0),
+        ...                 pruner=optuna.pruners.SuccessiveHalvingPruner())
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    metric: str | list[str] | None = None
+    mode: Mode | list[Mode] | None = None
+    sampler: optuna.samplers.BaseSampler | None = None
+    pruner: optuna.pruners.BasePruner | None = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = Field(default=None, ge=1)
+    time_budget_s: float | None = Field(default=None, gt=0)
+    stop: dict[str, float] | Callable[..., bool] | None = None
+    trial_resources: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
+    points_to_evaluate: list[dict[str, Any]] | None = None
+    fail_fast: bool = False
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                _check_mode(v)
+            return list(value)
+        _check_mode(value)
+        return value
+
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _metric(cls, value: Any) -> Any:
+        if isinstance(value, tuple):
+            value = list(value)
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("metric=[] names no metric; give a name or a list of names")
+            if len(set(value)) != len(value):
+                raise ValueError(f"metric={value!r} names a metric twice")
+        return value
+
+    @field_validator("num_samples")
+    @classmethod
+    def _num_samples(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError(
+                f"num_samples must be >= 1, or -1 to run until time_budget_s; got {value}"
+            )
+        return value
+
+    @field_validator("trial_resources", mode="before")
+    @classmethod
+    def _resources(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"trial_resources must be a dict or a CPU count, got {value!r}")
+        if isinstance(value, (int, float)):
+            value = {"CPU": float(value)}
+        if isinstance(value, Mapping):
+            for key, amount in value.items():
+                if not isinstance(amount, (int, float)) or isinstance(amount, bool) or amount < 0:
+                    raise ValueError(
+                        f"trial_resources[{key!r}]={amount!r}: amounts must be numbers >= 0"
+                    )
+        return value
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, Mapping) and not callable(value):
+            raise ValueError(
+                f"stop={value!r}: give a dict of metric bounds or a callable (trial_id, result) -> bool"
+            )
+        if isinstance(value, Mapping):
+            for key, bound in value.items():
+                if not isinstance(bound, (int, float)) or isinstance(bound, bool):
+                    raise ValueError(f"stop[{key!r}]={bound!r}: bounds must be numbers")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuneConfig:
+        metric, mode = self.metric, self.mode
+        if mode is not None and metric is None:
+            raise ValueError(f"mode={mode!r} is set but metric is not; set metric too")
+        if metric is not None and mode is None:
+            raise ValueError(f"metric={metric!r} needs mode='min' or mode='max'")
+        if isinstance(metric, list) != isinstance(mode, list):
+            raise ValueError(
+                f"metric={metric!r} and mode={mode!r}: give both as lists "
+                "(multi-objective) or both as single values"
+            )
+        if isinstance(metric, list) and isinstance(mode, list) and len(metric) != len(mode):
+            raise ValueError(f"metric={metric!r} and mode={mode!r} must have the same length")
+        if (
+            isinstance(metric, list)
+            and len(metric) > 1
+            and self.pruner is not None
+            and not isinstance(self.pruner, optuna.pruners.NopPruner)
+        ):
+            raise ValueError(
+                f"pruner={type(self.pruner).__name__} cannot prune a multi-objective search "
+                f"(metric={metric!r}); Optuna pruners need a single metric"
+            )
+        if self.num_samples == -1 and self.time_budget_s is None:
+            raise ValueError("num_samples=-1 runs until time_budget_s, so set time_budget_s")
+        return self
+
+    # helpers -------------------------------------------------------------
+
+    @property
+    def metrics(self) -> list[str]:
+        """The metric names (empty when no metric is set)."""
+        if self.metric is None:
+            return []
+        return list(self.metric) if isinstance(self.metric, list) else [self.metric]
+
+    @property
+    def modes(self) -> list[str]:
+        """The modes, aligned with :attr:`metrics`."""
+        if self.mode is None:
+            return []
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode]
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether more than one metric is optimized."""
+        return len(self.metrics) > 1
+
+    def directions(self) -> list[Literal["minimize", "maximize"]]:
+        """Optuna study directions."""
+        if not self.metrics:
+            return ["minimize"]
+        return ["minimize" if m == "min" else "maximize" for m in self.modes]

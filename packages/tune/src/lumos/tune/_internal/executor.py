@@ -1,0 +1,292 @@
+"""Runs trials on a pool of reused workers (``lumos.runtime.WorkerPool`` or its fake).
+
+The executor maps trials to pool workers and pool events to trial events; it
+makes no decisions (the controller does). One trial runs on a worker at a time;
+an idle worker takes the next trial, so actors (and the shipped function) are
+reused for the whole sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lumos.runtime import (
+    ErrorEvent,
+    Event,
+    FinishedEvent,
+    RemoteError,
+    ReportEvent,
+    WorkerDiedEvent,
+    WorkerHungEvent,
+)
+from lumos.tune._internal.errors import TrialError
+from lumos.tune._internal.session import PRUNED, TrialSpec
+
+
+class PoolLike(Protocol):
+    """The part of ``lumos.runtime.WorkerPool`` the executor uses."""
+
+    def add_worker(self) -> int: ...
+
+    def ready(self, worker_id: int) -> bool: ...
+
+    def launch(
+        self,
+        worker_id: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        session_info: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def poll(self, timeout_s: float | None) -> list[Event]: ...
+
+    def request_stop(self, worker_id: int) -> None: ...
+
+    def remove_worker(self, worker_id: int) -> None: ...
+
+    def pending_workers(self) -> list[int]: ...
+
+    def shutdown(self, grace_period_s: float = 5.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A trial reported (``iteration``, ``metrics``, committed ``checkpoint_dir``)."""
+
+    trial_id: str
+    iteration: int
+    metrics: dict[str, Any]
+    checkpoint_dir: str | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A trial's function returned; ``pruned`` when it ended by ``TrialPruned``."""
+
+    trial_id: str
+    pruned: bool
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A trial's function raised, or its actor died / hung (``worker_lost``)."""
+
+    trial_id: str
+    error: TrialError
+    worker_lost: bool = False
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A trial that was waiting for a worker was stopped before it ever ran."""
+
+    trial_id: str
+
+
+TrialEvent = Reported | Finished | Failed | Cancelled
+
+
+def _short_type(exc_type: str) -> str:
+    return exc_type.rsplit(".", 1)[-1]
+
+
+class PoolExecutor:
+    """Trials on reused pool workers.
+
+    A trial is launched only on a worker that Ray has placed. While none is free
+    the trial waits on a new worker that Ray may not be able to place yet
+    ("waiting for resources"); whichever comes first -- that worker being placed
+    or a running worker finishing its trial -- runs it. Unplaced workers left
+    without a trial stay as spares, so a full cluster causes no actor churn.
+
+    Args:
+        pool: A ``WorkerPool`` (or ``lumos.runtime.testing.FakeWorkerPool``).
+        runner: The callable launched for every trial (shipped once by the pool).
+        available_resources: Returns the cluster's free resources (Ray:
+            ``ray.available_resources``); a waiting trial counts as waiting for
+            resources only when they do not cover ``resources``. None: always.
+        resources: What one worker needs.
+    """
+
+    def __init__(
+        self,
+        pool: PoolLike,
+        runner: Callable[..., Any],
+        available_resources: Callable[[], dict[str, float]] | None = None,
+        resources: dict[str, float] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.runner = runner
+        self.available_resources = available_resources
+        self.resources = dict(resources or {})
+        self._idle: list[int] = []  # placed, no trial
+        self._spare: list[int] = []  # not placed yet, no trial
+        self._deferred: dict[int, TrialSpec] = {}  # not placed yet, trial waits on it
+        self._trial_of: dict[int, TrialSpec] = {}  # launched
+        self._worker_of: dict[str, int] = {}
+
+    @property
+    def num_running(self) -> int:
+        """Trials started (launched or waiting for a worker) and not yet ended."""
+        return len(self._trial_of) + len(self._deferred)
+
+    def start(self, spec: TrialSpec) -> None:
+        """Run one attempt of a trial on an idle worker, or wait for one."""
+        if self._idle:
+            self._launch(self._idle.pop(), spec)
+            return
+        wid = self._spare.pop() if self._spare else self.pool.add_worker()
+        self._deferred[wid] = spec
+        self._worker_of[spec.trial_id] = wid
+        self._launch_placed()
+
+    def _launch(self, wid: int, spec: TrialSpec) -> None:
+        self._trial_of[wid] = spec
+        self._worker_of[spec.trial_id] = wid
+        self.pool.launch(wid, self.runner, args=(spec,))
+
+    def _is_placed(self, wid: int) -> bool:
+        return self.pool.ready(wid)
+
+    def _launch_placed(self) -> None:
+        for wid in [w for w in self._deferred if self._is_placed(w)]:
+            self._launch(wid, self._deferred.pop(wid))
+        for wid in [w for w in self._spare if self._is_placed(w)]:
+            self._spare.remove(wid)
+            self._idle.append(wid)
+
+    def _cancel_deferred(self, trial_id: str) -> bool:
+        wid = self._worker_of.get(trial_id)
+        if wid is None or wid not in self._deferred:
+            return False
+        del self._deferred[wid]
+        del self._worker_of[trial_id]
+        self._spare.append(wid)
+        return True
+
+    def stop(self, trial_id: str) -> list[TrialEvent]:
+        """Ask a running trial to stop (its next ``tune.report`` raises TrialPruned).
+
+        Returns:
+            ``[Cancelled(trial_id)]`` when the trial had not been launched yet.
+        """
+        if self._cancel_deferred(trial_id):
+            return [Cancelled(trial_id)]
+        wid = self._worker_of.get(trial_id)
+        if wid is not None:
+            self.pool.request_stop(wid)
+        return []
+
+    def kill(self, trial_id: str) -> None:
+        """End a trial at once by removing its worker (its events are dropped)."""
+        if self._cancel_deferred(trial_id):
+            return
+        wid = self._worker_of.pop(trial_id, None)
+        if wid is not None:
+            self._trial_of.pop(wid, None)
+            self.pool.remove_worker(wid)
+
+    def waiting_for_resources(self) -> list[str]:
+        """Ids of trials waiting for a worker that Ray cannot place for lack of resources."""
+        if not self._deferred:
+            return []
+        pending = set(self.pool.pending_workers())
+        waiting = [s.trial_id for w, s in self._deferred.items() if w in pending]
+        if waiting and self.available_resources is not None:
+            free = self.available_resources()
+            if all(free.get(k, 0.0) >= v for k, v in self.resources.items()):
+                return []  # the cluster has room: the actor is just starting
+        return waiting
+
+    def release_idle(self, keep: int) -> None:
+        """Remove idle and spare workers beyond ``keep`` (nothing left to run on them)."""
+        while self._spare:
+            self.pool.remove_worker(self._spare.pop())
+        while len(self._idle) > keep:
+            self.pool.remove_worker(self._idle.pop(0))
+
+    def poll(self, timeout_s: float | None) -> list[TrialEvent]:
+        """Trial events, in order per trial; blocks up to ``timeout_s`` for the first."""
+        out: list[TrialEvent] = []
+        for ev in self.pool.poll(timeout_s):
+            if ev.rank in self._deferred or ev.rank in self._spare:
+                if isinstance(ev, (WorkerDiedEvent, WorkerHungEvent)):
+                    out.extend(self._unplaced_worker_lost(ev))
+                continue
+            spec = self._trial_of.get(ev.rank)
+            if spec is None:
+                continue  # a killed trial's late event, or an idle worker's
+            tid = spec.trial_id
+            if isinstance(ev, ReportEvent):
+                iteration, metrics, ckpt = ev.payload
+                out.append(Reported(tid, iteration, metrics, ckpt))
+            elif isinstance(ev, FinishedEvent):
+                self._release(ev.rank, tid)
+                result = ev.result
+                pruned = ev.stopped or (isinstance(result, tuple) and result[:1] == (PRUNED,))
+                message = result[1] if isinstance(result, tuple) and len(result) > 1 else None
+                out.append(Finished(tid, pruned, message))
+            elif isinstance(ev, ErrorEvent):
+                self._release(ev.rank, tid)
+                out.append(Failed(tid, _trial_error(spec, ev.error)))
+            elif isinstance(ev, (WorkerDiedEvent, WorkerHungEvent)):
+                self._trial_of.pop(ev.rank, None)
+                self._worker_of.pop(tid, None)
+                self.pool.remove_worker(ev.rank)
+                out.append(Failed(tid, _lost_error(spec, ev), worker_lost=True))
+        if self._deferred or self._spare:
+            self._launch_placed()
+        return out
+
+    def _unplaced_worker_lost(self, ev: WorkerDiedEvent | WorkerHungEvent) -> list[TrialEvent]:
+        self.pool.remove_worker(ev.rank)
+        if ev.rank in self._spare:
+            self._spare.remove(ev.rank)
+            return []
+        spec = self._deferred.pop(ev.rank)
+        self._worker_of.pop(spec.trial_id, None)
+        return [Failed(spec.trial_id, _lost_error(spec, ev), worker_lost=True)]
+
+    def _release(self, wid: int, tid: str) -> None:
+        self._trial_of.pop(wid, None)
+        self._worker_of.pop(tid, None)
+        if self._deferred:
+            # A trial waits on an unplaced worker: run it here; that worker becomes a spare.
+            waiting_on = next(iter(self._deferred))
+            spec = self._deferred.pop(waiting_on)
+            self._spare.append(waiting_on)
+            self._launch(wid, spec)
+        else:
+            self._idle.append(wid)
+
+    def shutdown(self, grace_period_s: float = 5.0) -> None:
+        """Stop everything and release every actor."""
+        self.pool.shutdown(grace_period_s=grace_period_s)
+        self._idle.clear()
+        self._spare.clear()
+        self._deferred.clear()
+        self._trial_of.clear()
+        self._worker_of.clear()
+
+
+def _lost_error(spec: TrialSpec, ev: WorkerDiedEvent | WorkerHungEvent) -> TrialError:
+    if isinstance(ev, WorkerDiedEvent):
+        return TrialError(
+            spec.trial_name, spec.attempt, "WorkerDied", f"the trial's actor died: {ev.reason}"
+        )
+    return TrialError(
+        spec.trial_name,
+        spec.attempt,
+        "WorkerHung",
+        f"the trial's actor did not answer its health check for {ev.waited_s:.1f}s",
+    )
+
+
+def _trial_error(spec: TrialSpec, err: RemoteError) -> TrialError:
+    return TrialError(
+        spec.trial_name, spec.attempt, _short_type(err.exc_type), err.message, err.traceback
+    )

@@ -1,0 +1,294 @@
+"""The experiment on storage: the Optuna study and the trial journal; create or restore.
+
+Layout under ``{storage_path}/{name}/``::
+
+    _lumos/run_state.json     experiment RunState (status, metric/mode)
+    _lumos/study.journal      the Optuna study (Optuna journal format; optuna-dashboard opens it)
+    _lumos/trials.journal     lumos trial events: starts, reports, errors, ends
+    _lumos/lease.json         the live driver's lease
+    trial_00000/              one directory per trial: _lumos/run_state.json + checkpoints
+
+Restore: finished trials come back as they ended (not re-run); a trial that was
+running when the driver died resumes from its latest committed checkpoint as
+the same Optuna trial; enqueued trials not yet started stay queued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.trial import TrialState
+
+from lumos.storage import RunState, RunStorage
+from lumos.tune._internal.config import TuneConfig
+from lumos.tune._internal.errors import TrialError, TuneError
+from lumos.tune._internal.journal import (
+    STUDY_JOURNAL,
+    TRIALS_JOURNAL,
+    FsJournal,
+    StudyJournalBackend,
+)
+from lumos.tune._internal.search_space import SearchSpace
+from lumos.tune._internal.trial import Trial, TrialStatus, trial_name
+
+logger = logging.getLogger("lumos.tune")
+
+GRID_ATTR = "lumos:grid_index"
+
+_END_STATUS = {
+    "TERMINATED": TrialStatus.TERMINATED,
+    "PRUNED": TrialStatus.PRUNED,
+    "ERROR": TrialStatus.ERROR,
+}
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs every told trial at INFO; keep the driver's console ours."""
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(previous)
+
+
+@dataclass
+class Experiment:
+    """An opened experiment: storage, the study, the journals and the known trials."""
+
+    storage: RunStorage
+    study: optuna.Study
+    study_journal: FsJournal
+    trials_journal: FsJournal
+    trials: list[Trial] = field(default_factory=list)
+    resumed: bool = False
+    waiting: int = 0
+    grid_next: int = 0
+
+    def flush(self, force: bool = True) -> None:
+        """Write buffered journal records: trial events first, then the study."""
+        self.trials_journal.flush(force)
+        self.study_journal.flush(force)
+
+    def close(self) -> None:
+        """Flush and close both journals."""
+        self.trials_journal.close()
+        self.study_journal.close()
+
+
+def study_journal_path(storage: RunStorage) -> str:
+    """Path of the Optuna study journal of an experiment."""
+    return posixpath.join(storage.state_dir, STUDY_JOURNAL)
+
+
+def open_study_storage(
+    storage: RunStorage, writable: bool = True
+) -> tuple[JournalStorage, FsJournal]:
+    """The Optuna storage of an experiment (one writer at a time: the driver)."""
+    journal = FsJournal(storage.fs, study_journal_path(storage), writable=writable)
+    return JournalStorage(StudyJournalBackend(journal)), journal
+
+
+def open_experiment(
+    storage: RunStorage,
+    space: SearchSpace,
+    tune_config: TuneConfig,
+) -> Experiment:
+    """Create the experiment, or restore it when its study already exists.
+
+    Raises:
+        TuneError: The stored study optimizes other directions than ``tune_config``.
+    """
+    sampler = tune_config.sampler or optuna.samplers.TPESampler()
+    pruner = tune_config.pruner or optuna.pruners.NopPruner()
+    optuna_storage, study_journal = open_study_storage(storage)
+    trials_journal = FsJournal(storage.fs, posixpath.join(storage.state_dir, TRIALS_JOURNAL))
+    directions = tune_config.directions()
+    study_name = storage.name
+    with quiet_optuna():
+        existing = [s.study_name for s in optuna_storage.get_all_studies()]
+        if study_name in existing:
+            study = optuna.load_study(
+                study_name=study_name, storage=optuna_storage, sampler=sampler, pruner=pruner
+            )
+            stored = [d.name.lower() for d in study.directions]
+            if stored != directions:
+                raise TuneError(
+                    f"experiment {storage.uri!r} was created with directions {stored} but "
+                    f"TuneConfig(metric={tune_config.metric!r}, mode={tune_config.mode!r}) "
+                    f"asks for {directions}; use the original metric/mode or a new "
+                    "RunConfig(name=...)"
+                )
+            exp = Experiment(storage, study, study_journal, trials_journal, resumed=True)
+            _restore(exp, space, tune_config)
+            return exp
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=optuna_storage,
+            sampler=sampler,
+            pruner=pruner,
+            directions=directions,
+        )
+        if tune_config.metrics:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(tune_config.metrics)
+        for point in tune_config.points_to_evaluate or []:
+            study.enqueue_trial(dict(point))
+    exp = Experiment(
+        storage,
+        study,
+        study_journal,
+        trials_journal,
+        waiting=len(tune_config.points_to_evaluate or []),
+    )
+    storage.save_state(
+        RunState(
+            name=storage.name,
+            extra={"tune": {"metric": tune_config.metric, "mode": tune_config.mode}},
+        )
+    )
+    exp.flush()
+    return exp
+
+
+def _restore(exp: Experiment, space: SearchSpace, tune_config: TuneConfig) -> None:
+    study = exp.study
+    by_number: dict[int, dict[str, Any]] = {}
+    for rec in exp.trials_journal.read():
+        n = rec.get("n")
+        if not isinstance(n, int):
+            continue
+        info = by_number.setdefault(n, {"reports": [], "errors": [], "starts": 0, "end": None})
+        kind = rec.get("e")
+        if kind == "start":
+            info["starts"] += 1
+        elif kind == "r":
+            info["reports"].append(rec)
+        elif kind == "err":
+            info["errors"].append(rec)
+        elif kind == "end":
+            info["end"] = rec
+
+    grid_max = -1
+    for frozen in study.get_trials(deepcopy=False):
+        grid_index = frozen.user_attrs.get(GRID_ATTR)
+        if isinstance(grid_index, int):
+            grid_max = max(grid_max, grid_index)
+        if frozen.state == TrialState.WAITING:
+            exp.waiting += 1
+            continue
+        info = by_number.get(frozen.number, {"reports": [], "errors": [], "starts": 0, "end": None})
+        trial = Trial(
+            number=frozen.number,
+            config=_config_of(space, frozen.params),
+            params=dict(frozen.params),
+            path=exp.storage.child(trial_name(frozen.number)).uri,
+        )
+        trial.errors = [
+            TrialError(
+                trial.trial_name,
+                int(e.get("a", 0)),
+                str(e.get("type", "Error")),
+                str(e.get("msg", "")),
+                str(e.get("tb", "")),
+            )
+            for e in info["errors"]
+        ]
+        trial.attempt = int(info["starts"])
+        end = info["end"]
+        if end is not None or frozen.state.is_finished():
+            _restore_finished(exp, trial, frozen, info, end, tune_config)
+        else:
+            _restore_unfinished(exp, trial, frozen, info)
+        exp.trials.append(trial)
+    exp.grid_next = grid_max + 1
+
+
+def _config_of(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return space.config_from_params(params)
+    except Exception:
+        logger.debug("could not rebuild a config from %r", params, exc_info=True)
+        return dict(params)
+
+
+def _apply_reports(trial: Trial, reports: list[dict[str, Any]]) -> None:
+    for rec in reports:
+        metrics = rec.get("m") or {}
+        trial.history.append(metrics)
+        trial.seen_metrics.update(metrics)
+        trial.iteration = int(rec.get("i", trial.iteration + 1))
+        if rec.get("c"):
+            trial.checkpoint_dir = rec["c"]
+            trial.checkpoint_iteration = trial.iteration
+    if trial.history:
+        trial.last_result = trial.history[-1]
+
+
+def _restore_finished(
+    exp: Experiment,
+    trial: Trial,
+    frozen: optuna.trial.FrozenTrial,
+    info: dict[str, Any],
+    end: dict[str, Any] | None,
+    tune_config: TuneConfig,
+) -> None:
+    _apply_reports(trial, info["reports"])
+    if end is not None:
+        trial.status = _END_STATUS.get(str(end.get("s")), TrialStatus.TERMINATED)
+    elif frozen.state == TrialState.PRUNED:
+        trial.status = TrialStatus.PRUNED
+    elif frozen.state == TrialState.FAIL:
+        trial.status = TrialStatus.ERROR
+    else:
+        trial.status = TrialStatus.TERMINATED
+    if not frozen.state.is_finished():
+        # The trial ended but the driver died before the study heard of it.
+        from lumos.tune._internal.controller import tell_study
+
+        tell_study(exp.study, frozen.number, trial, tune_config)
+
+
+def _restore_unfinished(
+    exp: Experiment,
+    trial: Trial,
+    frozen: optuna.trial.FrozenTrial,
+    info: dict[str, Any],
+) -> None:
+    trial_storage = exp.storage.child(trial.trial_name)
+    try:
+        state = trial_storage.load_state()
+    except Exception:
+        logger.warning("trial %s: unreadable state, restarting it", trial.trial_name, exc_info=True)
+        state = None
+    latest = state.latest() if state is not None else None
+    upto = latest.report_index if latest is not None else 0
+    _apply_reports(trial, [r for r in info["reports"] if int(r.get("i", 0)) <= upto])
+    trial.iteration = upto
+    trial.checkpoint_dir = latest.dir_name if latest is not None else None
+    trial.checkpoint_iteration = upto
+    trial.status = TrialStatus.PENDING
+    trial.optuna_trial = optuna.Trial(exp.study, frozen._trial_id)
+    trial.max_step_reported = max(frozen.intermediate_values, default=-1)
+    _delete_uncommitted_checkpoints(trial_storage)
+
+
+def _delete_uncommitted_checkpoints(trial_storage: RunStorage) -> None:
+    """Remove ``checkpoint_*`` uploads no state names (nested runs' directories are kept)."""
+    try:
+        leftovers = trial_storage.list_uncommitted()
+    except FileNotFoundError:
+        return
+    keep = [name for name in leftovers if not name.startswith("checkpoint_")]
+    if len(keep) != len(leftovers):
+        trial_storage.delete_uncommitted(reserved=keep)

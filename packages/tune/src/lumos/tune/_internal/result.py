@@ -1,0 +1,269 @@
+"""Results of a sweep: one :class:`Result` per trial, gathered in a :class:`ResultGrid`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fsspec import AbstractFileSystem
+
+from lumos.storage import Checkpoint
+from lumos.tune._internal.errors import TrialError, TuneError
+from lumos.tune._internal.journal import finite_or_none
+from lumos.tune._internal.trial import Trial, TrialStatus
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Result:
+    """The outcome of one trial.
+
+    Attributes:
+        metrics: The last reported metrics (with ``training_iteration``).
+        config: The trial's config.
+        checkpoint: The trial's latest committed checkpoint, or None.
+        path: URL / local path of the trial's directory.
+        error: The error that ended the trial (status ERROR), else None.
+        trial_id: The trial's short id.
+        trial_name: The trial's name.
+        status: ``"TERMINATED"``, ``"PRUNED"`` or ``"ERROR"`` (``"PENDING"`` if it never ran).
+        errors: Every error the trial raised, retried ones included.
+
+    Example:
+        >>> best = grid.get_best_result()
+        >>> best.config, best.metrics["loss"], best.checkpoint
+    """
+
+    def __init__(
+        self,
+        metrics: dict[str, Any],
+        config: dict[str, Any],
+        path: str,
+        checkpoint: Checkpoint | None = None,
+        error: TrialError | None = None,
+        history: list[dict[str, Any]] | None = None,
+        trial_id: str = "",
+        trial_name: str = "",
+        status: str = "TERMINATED",
+        errors: list[TrialError] | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.config = config
+        self.path = path
+        self.checkpoint = checkpoint
+        self.error = error
+        self.trial_id = trial_id
+        self.trial_name = trial_name
+        self.status = status
+        self.errors = list(errors or [])
+        self._history = list(history or [])
+
+    @classmethod
+    def from_trial(cls, trial: Trial, filesystem: AbstractFileSystem) -> Result:
+        """The result of a driver-side trial record."""
+        checkpoint = None
+        if trial.checkpoint_dir is not None:
+            checkpoint = Checkpoint(trial.path.rstrip("/") + "/" + trial.checkpoint_dir, filesystem)
+        return cls(
+            metrics=dict(trial.last_result),
+            config=trial.config,
+            path=trial.path,
+            checkpoint=checkpoint,
+            error=trial.error,
+            history=trial.history,
+            trial_id=trial.trial_id,
+            trial_name=trial.trial_name,
+            status=trial.status.value,
+            errors=trial.errors,
+        )
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame:
+        """Every report of the trial, one row each (pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self._history)
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.metrics.items() if not isinstance(v, (dict, list))}
+        err = f", error={self.error.exc_type}" if self.error is not None else ""
+        return (
+            f"Result({self.trial_name}, {self.status}, metrics={shown!r}, "
+            f"config={self.config!r}{err})"
+        )
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _flatten(f"{prefix}/{key}", sub, out)
+    else:
+        out[prefix] = value
+
+
+def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=False)) and any(
+        x < y for x, y in zip(a, b, strict=False)
+    )
+
+
+class ResultGrid:
+    """All trials of a sweep, in trial order.
+
+    Indexable and iterable over :class:`Result`; ``len(grid)`` is the number of trials.
+
+    Example:
+        >>> grid = tuner.fit()
+        >>> best = grid.get_best_result()            # uses TuneConfig(metric, mode)
+        >>> df = grid.get_dataframe()                 # one row per trial
+        >>> [r.error for r in grid if r.error]        # what failed, with tracebacks
+    """
+
+    def __init__(
+        self,
+        results: list[Result],
+        metric: str | Sequence[str] | None = None,
+        mode: str | Sequence[str] | None = None,
+        experiment_path: str = "",
+    ) -> None:
+        self._results = list(results)
+        self._metric: str | list[str] | None = (
+            metric if metric is None or isinstance(metric, str) else list(metric)
+        )
+        self._mode: str | list[str] | None = (
+            mode if mode is None or isinstance(mode, str) else list(mode)
+        )
+        self.experiment_path = experiment_path
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, index: int) -> Result:
+        return self._results[index]
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self._results)
+
+    @property
+    def errors(self) -> list[TrialError]:
+        """The errors of the trials that failed for good."""
+        return [r.error for r in self._results if r.error is not None]
+
+    @property
+    def num_errors(self) -> int:
+        """Number of trials that ended with an error."""
+        return sum(1 for r in self._results if r.status == TrialStatus.ERROR.value)
+
+    @property
+    def num_terminated(self) -> int:
+        """Number of trials that finished (TERMINATED, or PRUNED: ended early by design)."""
+        return sum(
+            1
+            for r in self._results
+            if r.status in (TrialStatus.TERMINATED.value, TrialStatus.PRUNED.value)
+        )
+
+    def get_best_result(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        *,
+        include_pruned: bool = False,
+    ) -> Result:
+        """The trial with the best last reported ``metric``.
+
+        Args:
+            metric: Defaults to ``TuneConfig(metric=...)`` (single-objective only).
+            mode: ``"min"`` or ``"max"``; defaults to ``TuneConfig(mode=...)``.
+            include_pruned: Also consider pruned trials (their last value is from an
+                earlier step than the finished ones').
+
+        Raises:
+            TuneError: No metric/mode is known, mode is invalid, or no trial reported
+                a finite value of the metric.
+        """
+        if metric is None:
+            if isinstance(self._metric, list):
+                raise TuneError(
+                    f"this sweep optimizes several metrics {self._metric}; pass "
+                    "get_best_result(metric=..., mode=...) or use get_pareto_front()"
+                )
+            metric = self._metric
+        if mode is None and metric == self._metric and isinstance(self._mode, str):
+            mode = self._mode
+        if metric is None or mode is None:
+            raise TuneError(
+                "get_best_result() needs a metric and a mode: pass get_best_result("
+                "metric='loss', mode='min') or set TuneConfig(metric=..., mode=...)"
+            )
+        if mode not in ("min", "max"):
+            raise TuneError(f"mode must be 'min' or 'max', got {mode!r}")
+        allowed = {TrialStatus.TERMINATED.value}
+        if include_pruned:
+            allowed.add(TrialStatus.PRUNED.value)
+        best: tuple[float, Result] | None = None
+        for r in self._results:
+            if r.status not in allowed:
+                continue
+            value = finite_or_none(r.metrics.get(metric))
+            if value is None:
+                continue
+            score = value if mode == "min" else -value
+            if best is None or score < best[0]:
+                best = (score, r)
+        if best is None:
+            raise TuneError(
+                f"no finished trial reported a finite value of {metric!r} "
+                f"({len(self._results)} trials, {self.num_errors} errors)"
+            )
+        return best[1]
+
+    def get_pareto_front(self) -> list[Result]:
+        """The finished trials no other finished trial beats on every metric (multi-objective)."""
+        metrics = self._metric if isinstance(self._metric, list) else [self._metric]
+        modes = self._mode if isinstance(self._mode, list) else [self._mode]
+        if any(m is None for m in metrics) or any(m is None for m in modes):
+            raise TuneError("get_pareto_front() needs TuneConfig(metric=[...], mode=[...])")
+        points: list[tuple[list[float], Result]] = []
+        for r in self._results:
+            if r.status != TrialStatus.TERMINATED.value:
+                continue
+            values = [finite_or_none(r.metrics.get(str(m))) for m in metrics]
+            if any(v is None for v in values):
+                continue
+            signed = [
+                float(v) if mode == "min" else -float(v)  # type: ignore[arg-type]
+                for v, mode in zip(values, modes, strict=False)
+            ]
+            points.append((signed, r))
+        return [r for p, r in points if not any(_dominates(q, p) for q, _ in points if q is not p)]
+
+    def get_dataframe(self) -> pd.DataFrame:
+        """One row per trial: last metrics, ``config/<name>`` columns, status and error."""
+        import pandas as pd
+
+        rows = []
+        for r in self._results:
+            row: dict[str, Any] = {
+                "trial_id": r.trial_id,
+                "trial_name": r.trial_name,
+                "status": r.status,
+            }
+            for key, value in r.metrics.items():
+                if key not in row:
+                    row[key] = value
+            for key, value in r.config.items():
+                _flatten(f"config/{key}", value, row)
+            row["path"] = r.path
+            row["error"] = (
+                f"{r.error.exc_type}: {r.error.error_message}" if r.error is not None else None
+            )
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def __repr__(self) -> str:
+        return (
+            f"ResultGrid({len(self)} trials, {self.num_terminated} terminated, "
+            f"{self.num_errors} errors)"
+        )

@@ -1,0 +1,370 @@
+"""Trial side: what runs in a trial's actor around the user's function.
+
+The driver launches :class:`TrialRunner` (one object per sweep, so the user
+function is shipped once) with a :class:`TrialSpec` per trial. The runner
+opens a :class:`TrialSession`, publishes a ``lumos.runtime.context.JobContext``
+for nested jobs (a Train run started in the trial), runs the function and tells
+the driver how it ended.
+
+``tune.report`` emits ``(iteration, metrics, checkpoint_dir)`` to the driver
+without waiting for it. The driver answers a pruning or stop decision by
+setting the session's stop flag; the trial's next ``tune.report`` then raises
+``tune.TrialPruned``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lumos.runtime import context as job_context
+from lumos.runtime import worker as runtime_worker
+from lumos.storage import Checkpoint, CheckpointRecord, RetentionPolicy, RunState, RunStorage
+from lumos.tune._internal.errors import TrialPruned, TuneError
+
+# How a trial function ended, as returned to the driver in FinishedEvent.result.
+DONE = "done"
+PRUNED = "pruned"
+
+ITERATION_KEY = "training_iteration"
+
+
+class SessionLike(Protocol):
+    """The part of ``lumos.runtime.WorkerSession`` a trial uses."""
+
+    def emit(self, payload: Any) -> None: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What changes per trial attempt (small: it is pickled for every launch).
+
+    Attributes:
+        trial_id: Short id (``"00007"``).
+        trial_name: Directory name of the trial (``"trial_00007"``).
+        config: The sampled config.
+        attempt: 0 for the first run, 1 for the first retry, ...
+        checkpoint_dir: Latest committed checkpoint of the trial, if any.
+        start_iteration: Reports already counted (the checkpoint's iteration).
+    """
+
+    trial_id: str
+    trial_name: str
+    config: dict[str, Any]
+    attempt: int = 0
+    checkpoint_dir: str | None = None
+    start_iteration: int = 0
+
+
+@dataclass(frozen=True)
+class SweepInfo:
+    """What every trial of a sweep shares (shipped once, with the trial function).
+
+    Attributes:
+        experiment: The experiment's storage.
+        retention: Checkpoint retention for each trial.
+        metric: The optimized metric when there is exactly one (a returned number reports it).
+        resources: Each trial's Ray resources (a hint for nested jobs).
+    """
+
+    experiment: RunStorage
+    retention: RetentionPolicy | None = None
+    metric: str | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+class TrialContext:
+    """Where the current trial runs; returned by :func:`lumos.tune.get_context`.
+
+    Example:
+        >>> def objective(config):
+        ...     ctx = tune.get_context()
+        ...     print(ctx.get_trial_name(), ctx.get_trial_dir())
+    """
+
+    def __init__(self, spec: TrialSpec, sweep: SweepInfo, trial_uri: str) -> None:
+        self._spec = spec
+        self._sweep = sweep
+        self._uri = trial_uri
+        self._storage: RunStorage | None = None
+
+    def get_trial_id(self) -> str:
+        """The trial's id (``"00007"``)."""
+        return self._spec.trial_id
+
+    def get_trial_name(self) -> str:
+        """The trial's name, also its directory name (``"trial_00007"``)."""
+        return self._spec.trial_name
+
+    def get_trial_dir(self) -> str:
+        """URL (or local path) of the trial's directory in the experiment."""
+        return self._uri
+
+    def get_experiment_name(self) -> str:
+        """The experiment's name (``RunConfig.name``)."""
+        return self._sweep.experiment.name
+
+    def get_storage(self) -> RunStorage:
+        """The trial's storage (``lumos.storage.RunStorage`` of the trial directory)."""
+        if self._storage is None:
+            self._storage = self._sweep.experiment.child(self._spec.trial_name)
+        return self._storage
+
+    def get_trial_resources(self) -> dict[str, float]:
+        """The Ray resources the trial's actor reserved."""
+        return dict(self._sweep.resources)
+
+    def get_attempt(self) -> int:
+        """0 for the first run of the trial, 1 for its first retry, ..."""
+        return self._spec.attempt
+
+
+class TrialSession:
+    """One attempt of one trial on its actor (or in-process in tests)."""
+
+    def __init__(
+        self, spec: TrialSpec, sweep: SweepInfo, runtime_session: SessionLike, trial_uri: str
+    ) -> None:
+        self.spec = spec
+        self.sweep = sweep
+        self.context = TrialContext(spec, sweep, trial_uri)
+        self._session = runtime_session
+        self.iteration = spec.start_iteration
+        self._checkpoint_dir = spec.checkpoint_dir
+        self._state: RunState | None = None
+        self._lock = threading.Lock()
+        self.stop_event = _stop_event_for(runtime_session)
+
+    # -- user API ----------------------------------------------------------------------
+    def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+        if self._session.stop_requested:
+            self.stop_event.set()
+            raise TrialPruned(
+                f"trial {self.spec.trial_name!r} was ended early by the driver "
+                "(pruned or stop criteria met)"
+            )
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"tune.report(metrics=...) takes a dict, got {type(metrics).__name__}")
+        with self._lock:
+            self.iteration += 1
+            it = self.iteration
+            row = dict(metrics)
+            row[ITERATION_KEY] = it
+            dir_name = None
+            if checkpoint is not None:
+                dir_name = self._commit(checkpoint, row, it)
+            self._session.emit((it, row, dir_name))
+
+    def get_checkpoint(self) -> Checkpoint | None:
+        if self._checkpoint_dir is None:
+            return None
+        return self.context.get_storage().checkpoint(self._checkpoint_dir)
+
+    # -- internals -----------------------------------------------------------------------
+    def _commit(self, checkpoint: Checkpoint, metrics: dict[str, Any], iteration: int) -> str:
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(
+                f"tune.report(checkpoint=...) takes a tune.Checkpoint, got {type(checkpoint).__name__}"
+            )
+        storage = self.context.get_storage()
+        dir_name = f"checkpoint_{iteration:06d}"
+        if self.spec.attempt > 0:
+            # An earlier attempt may have left an uncommitted upload under this name.
+            stale = storage.checkpoint_path(dir_name)
+            if storage.fs.exists(stale):
+                storage.fs.rm(stale, recursive=True)
+        with checkpoint.as_directory() as local_dir:
+            storage.persist_directory(local_dir, dir_name)
+        if self._state is None:
+            self._state = storage.load_state() or RunState(name=self.spec.trial_name)
+        record = CheckpointRecord(
+            dir_name=dir_name,
+            metrics=_jsonable(metrics),
+            report_index=iteration,
+            created_at=time.time(),
+        )
+        self._state, _ = storage.commit_checkpoint(self._state, record, self.sweep.retention)
+        self._checkpoint_dir = dir_name
+        return dir_name
+
+    def final_report(self, result: Any) -> None:
+        """Treat a returned dict (or number, with a single metric) as a last report."""
+        if isinstance(result, Mapping):
+            metrics: Mapping[str, Any] = result
+        elif (
+            self.sweep.metric is not None
+            and isinstance(result, (int, float))
+            and not isinstance(result, bool)
+        ):
+            metrics = {self.sweep.metric: result}
+        else:
+            return
+        with contextlib.suppress(TrialPruned):
+            self.report(metrics)
+
+
+def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+        else:
+            item = getattr(value, "item", None)
+            try:
+                out[key] = item() if callable(item) else repr(value)
+            except (TypeError, ValueError):
+                out[key] = repr(value)
+    return out
+
+
+def _stop_event_for(session: SessionLike) -> threading.Event:
+    """The Event set once the driver asks the trial to stop (the runtime session's own)."""
+    native = getattr(session, "stop_event", None)
+    if isinstance(native, threading.Event):
+        return native
+    # A session without one (an older runtime): set by the next report that sees the stop.
+    return threading.Event()
+
+
+# -- session lookup (thread-local first: in-process test pools run trials in threads) --
+_local = threading.local()
+_active: list[TrialSession] = []
+_active_lock = threading.Lock()
+
+
+def current_session() -> TrialSession | None:
+    """The trial session of the calling thread (or the only one in this process)."""
+    session: TrialSession | None = getattr(_local, "session", None)
+    if session is not None:
+        return session
+    with _active_lock:
+        return _active[0] if len(_active) == 1 else None
+
+
+@contextlib.contextmanager
+def _activate(session: TrialSession) -> Iterator[None]:
+    _local.session = session
+    with _active_lock:
+        _active.append(session)
+    try:
+        yield
+    finally:
+        _local.session = None
+        with _active_lock:
+            _active.remove(session)
+
+
+def _require_session(what: str) -> TrialSession:
+    session = current_session()
+    if session is None:
+        raise TuneError(
+            f"tune.{what}() was called outside a trial; call it inside the function "
+            "passed to tune.Tuner(...)"
+        )
+    return session
+
+
+class TrialRunner:
+    """The function the driver launches on a pool worker for each trial attempt.
+
+    One object per sweep (the pool ships it once per actor), holding the trial
+    function and what all trials share.
+
+    Args:
+        trainable: The user's trial function ``(config) -> None | dict | number``.
+        sweep: What every trial shares (experiment storage, retention, ...).
+    """
+
+    def __init__(self, trainable: Callable[[dict[str, Any]], Any], sweep: SweepInfo) -> None:
+        self.trainable = trainable
+        self.sweep = sweep
+        self._base_uri: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"trainable": self.trainable, "sweep": self.sweep, "_base_uri": None}
+
+    def trial_uri(self, trial_name: str) -> str:
+        """URL (or local path) of a trial's directory."""
+        if self._base_uri is None:
+            self._base_uri = self.sweep.experiment.uri.rstrip("/")
+        return f"{self._base_uri}/{trial_name}"
+
+    def __call__(self, spec: TrialSpec, _session: SessionLike | None = None) -> tuple[str, Any]:
+        runtime_session = _session if _session is not None else runtime_worker.get_session()
+        if runtime_session is None:
+            raise TuneError("TrialRunner must run inside a lumos.runtime worker")
+        trial_uri = self.trial_uri(spec.trial_name)
+        session = TrialSession(spec, self.sweep, runtime_session, trial_uri)
+        ctx = job_context.JobContext(
+            kind="tune.trial",
+            name=spec.trial_name,
+            storage_path=trial_uri,
+            storage_filesystem=self.sweep.experiment.fs,
+            report=session.report,
+            stop_event=session.stop_event,
+            stop_error=lambda: TrialPruned(
+                f"trial {spec.trial_name!r} was ended early by the driver"
+            ),
+            resources_hint={"trial_resources": dict(self.sweep.resources)},
+        )
+        with _activate(session), job_context.running(ctx):
+            try:
+                result = self.trainable(spec.config)
+            except TrialPruned as exc:
+                return (PRUNED, str(exc))
+            except runtime_worker.StopRequested as exc:
+                return (PRUNED, str(exc) or "stopped by the driver")
+            session.final_report(result)
+            return (DONE, None)
+
+
+# -- public worker-side functions --------------------------------------------------------
+
+
+def report(metrics: Mapping[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
+    """Report metrics (and optionally a checkpoint) of the current trial.
+
+    Each call is one step for the pruner and one row of the trial's
+    ``metrics_dataframe``; ``training_iteration`` (1, 2, ...) is added. With a
+    checkpoint, its files are copied into the trial's directory and committed
+    (``CheckpointConfig`` retention applies) before the report is sent.
+
+    Args:
+        metrics: Metric names to numbers (any JSON-able values are kept).
+        checkpoint: A ``tune.Checkpoint`` of a local directory to keep.
+
+    Raises:
+        TrialPruned: The driver ended this trial early (pruner or stop criteria) after
+            an earlier report. Let it propagate (or return).
+
+    Example:
+        >>> def objective(config):
+        ...     for step in range(10):
+        ...         tune.report({"loss": 1.0 / (step + 1)})
+    """
+    _require_session("report").report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The current trial's latest committed checkpoint (after a retry or resume), or None.
+
+    Example:
+        >>> def objective(config):
+        ...     start = 0
+        ...     if (ckpt := tune.get_checkpoint()) is not None:
+        ...         with ckpt.as_directory() as d:
+        ...             start = int(open(f"{d}/step").read()) + 1
+    """
+    return _require_session("get_checkpoint").get_checkpoint()
+
+
+def get_context() -> TrialContext:
+    """The current trial's :class:`TrialContext` (ids, names, directory, storage)."""
+    return _require_session("get_context").context

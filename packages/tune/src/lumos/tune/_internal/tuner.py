@@ -1,0 +1,234 @@
+"""Tuner: the entry point that wires storage, the study, the pool and the controller."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lumos.storage import RunStorage
+from lumos.tune._internal.config import RunConfig, TuneConfig
+from lumos.tune._internal.controller import ControllerSettings, TuneController
+from lumos.tune._internal.errors import TuneError
+from lumos.tune._internal.executor import PoolExecutor, PoolLike
+from lumos.tune._internal.experiment import open_experiment, quiet_optuna
+from lumos.tune._internal.progress import ConsoleReporter
+from lumos.tune._internal.result import Result, ResultGrid
+from lumos.tune._internal.search_space import ParamSpace, SearchSpace
+from lumos.tune._internal.session import SweepInfo, TrialRunner
+from lumos.tune._internal.trial import Trial
+
+logger = logging.getLogger("lumos.tune")
+
+PoolFactory = Callable[[dict[str, float]], PoolLike]
+
+
+def _default_name(trainable: Callable[..., Any]) -> str:
+    base = getattr(trainable, "__name__", type(trainable).__name__)
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._-") or "tune"
+    return f"{base}-{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
+
+
+class Tuner:
+    """Searches hyperparameters: runs ``trainable`` for configs drawn from ``param_space``.
+
+    Args:
+        trainable: The trial function ``(config) -> None | dict``; it calls
+            ``tune.report(...)`` for intermediate results (a returned dict is a last report).
+        param_space: Dict of domains (``tune.uniform``...), grid searches, Optuna
+            distributions and constants (nested dicts allowed), or a define-by-run
+            function ``(optuna.Trial) -> dict``.
+        tune_config: Metric, mode, sampler, pruner, number of trials, concurrency.
+        run_config: Name, storage, retries, checkpoints, callbacks, verbosity.
+
+    Raises:
+        SearchSpaceError: ``param_space`` is invalid.
+        TypeError: ``trainable`` is not callable.
+
+    Example:
+        >>> def objective(config):
+        ...     for step in range(10):
+        ...         tune.report({"loss": (config["x"] - 2) ** 2 / (step + 1)})
+        >>> grid = tune.Tuner(
+        ...     objective,
+        ...     param_space={"x": tune.uniform(-10, 10)},
+        ...     tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=20),
+        ... ).fit()
+        >>> grid.get_best_result().config
+    """
+
+    def __init__(
+        self,
+        trainable: Callable[[dict[str, Any]], Any],
+        *,
+        param_space: ParamSpace = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        _pool_factory: PoolFactory | None = None,
+    ) -> None:
+        if not callable(trainable):
+            raise TypeError(
+                f"trainable must be a function (config) -> None | dict, got "
+                f"{type(trainable).__name__}"
+            )
+        self.trainable = trainable
+        self.space = SearchSpace(param_space)
+        self.tune_config = tune_config or TuneConfig()
+        self.run_config = run_config or RunConfig()
+        self._pool_factory = _pool_factory
+        self._name = self.run_config.name or _default_name(trainable)
+
+    @property
+    def experiment_name(self) -> str:
+        """The experiment's name (``RunConfig.name`` or the generated default)."""
+        return self._name
+
+    def _max_concurrent(self, target: int) -> int:
+        configured = self.tune_config.max_concurrent_trials
+        if configured is not None:
+            limit = configured
+        elif self._pool_factory is not None:
+            limit = 1
+        else:
+            import ray
+
+            if not ray.is_initialized():
+                ray.init()
+            cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
+            per_trial = float(self.tune_config.trial_resources.get("CPU", 0.0))
+            limit = int(cpus // per_trial) if per_trial > 0 else int(cpus)
+        limit = max(1, limit)
+        return limit if target == -1 else max(1, min(limit, target))
+
+    def _available_resources(self) -> Callable[[], dict[str, float]] | None:
+        if self._pool_factory is not None:
+            return None
+        import ray
+
+        def available() -> dict[str, float]:
+            return dict(ray.available_resources())  # type: ignore[no-untyped-call]
+
+        return available
+
+    def _make_pool(self, resources: dict[str, float]) -> PoolLike:
+        if self._pool_factory is not None:
+            return self._pool_factory(resources)
+        from lumos.runtime import WorkerPool
+
+        return WorkerPool(resources)
+
+    def fit(self) -> ResultGrid:
+        """Run the sweep (or resume it) and return every trial's result.
+
+        Re-running with the same ``RunConfig(storage_path, name)`` resumes: finished
+        trials are not run again, unfinished ones resume from their last checkpoint.
+
+        Returns:
+            A :class:`ResultGrid`.
+
+        Raises:
+            TuneFailedError: A trial failed and ``TuneConfig(fail_fast=True)``.
+            MetricNotReportedError: A trial finished without reporting the metric.
+            LeaseHeldError: Another live driver runs this experiment.
+        """
+        tc, rc = self.tune_config, self.run_config
+        storage = RunStorage(rc.storage_path, self._name, rc.storage_filesystem)
+        lease = storage.acquire_lease(holder="lumos.tune driver")
+        lease.start_renewing()
+        executor: PoolExecutor | None = None
+        reporter: ConsoleReporter | None = None
+        callbacks = rc.callback_objects()
+        status = "aborted"
+        exp = None
+        controller: TuneController | None = None
+        try:
+            with quiet_optuna():
+                exp = open_experiment(storage, self.space, tc)
+                target = -1 if tc.num_samples == -1 else tc.num_samples * self.space.num_grid_points
+                resources = {k: float(v) for k, v in tc.trial_resources.items()}
+                pool = self._make_pool(resources)
+                executor = PoolExecutor(
+                    pool,
+                    TrialRunner(
+                        self.trainable,
+                        SweepInfo(
+                            experiment=storage,
+                            retention=rc.checkpoint_config.retention(),
+                            metric=tc.metrics[0] if len(tc.metrics) == 1 else None,
+                            resources=resources,
+                        ),
+                    ),
+                    available_resources=self._available_resources(),
+                    resources=resources,
+                )
+                if rc.verbose > 0:
+                    reporter = ConsoleReporter(tc.metrics, verbose=rc.verbose)
+                    reporter.set_mode(tc.modes[0] if tc.modes else None)
+                    if exp.resumed:
+                        done = sum(1 for t in exp.trials if t.status.is_finished)
+                        reporter.console.print(
+                            f"Resuming experiment {storage.uri}: {done} finished trial(s) kept, "
+                            f"{sum(1 for t in exp.trials if not t.status.is_finished)} to resume",
+                            markup=False,
+                            highlight=False,
+                            soft_wrap=True,
+                        )
+                for cb in callbacks:
+                    cb.setup(storage.uri, storage.fs)
+                controller = TuneController(
+                    exp,
+                    self.space,
+                    tc,
+                    executor,
+                    ControllerSettings(
+                        max_concurrent_trials=self._max_concurrent(target),
+                        max_failures=rc.failure_config.max_failures,
+                    ),
+                    callbacks=callbacks,
+                    progress=reporter,
+                    resources=resources,
+                )
+                trials = controller.run()
+            status = "finished"
+        except TuneError:
+            status = "errored"
+            raise
+        finally:
+            if executor is not None:
+                executor.shutdown(grace_period_s=0.0 if status != "finished" else 5.0)
+            if exp is not None:
+                exp.close()
+                try:
+                    state = storage.load_state()
+                    if state is not None:
+                        storage.save_state(state.model_copy(update={"status": status}))
+                except Exception:
+                    logger.warning("could not record the experiment status", exc_info=True)
+            all_trials = controller.trials if controller is not None else []
+            for cb in callbacks:
+                cb.on_experiment_end(all_trials)
+            if reporter is not None:
+                reporter.close(all_trials)
+            lease.release()
+        return self._grid(trials, storage)
+
+    def _grid(self, trials: list[Trial], storage: RunStorage) -> ResultGrid:
+        ordered = sorted(trials, key=lambda t: t.number)
+        results = [Result.from_trial(t, storage.fs) for t in ordered]
+        return ResultGrid(
+            results,
+            metric=self.tune_config.metric,
+            mode=self.tune_config.mode,
+            experiment_path=storage.uri,
+        )
+
+    @classmethod
+    def can_restore(cls, storage_path: str, name: str) -> bool:
+        """Whether an experiment exists at ``{storage_path}/{name}`` (``fit()`` resumes it)."""
+        storage = RunStorage(storage_path, name)
+        from lumos.tune._internal.experiment import study_journal_path
+        from lumos.tune._internal.journal import FsJournal
+
+        return FsJournal(storage.fs, study_journal_path(storage)).exists()

@@ -1,0 +1,87 @@
+"""Config validation: bad values fail at construction, naming field, value and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+from pydantic import ValidationError
+
+from lumos import tune
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"metric": "loss", "mode": "minimize"}, "mode must be 'min' or 'max', got 'minimize'"),
+        (
+            {"metric": ["a", "b"], "mode": ["min", "best"]},
+            "mode must be 'min' or 'max', got 'best'",
+        ),
+        ({"metric": "loss", "mode": "min", "num_samples": 0}, "num_samples must be >= 1"),
+        ({"num_samples": -2}, "num_samples must be >= 1, or -1"),
+        ({"num_samples": -1}, "num_samples=-1 runs until time_budget_s"),
+        ({"mode": "min"}, "mode='min' is set but metric is not"),
+        ({"metric": "loss"}, "metric='loss' needs mode"),
+        ({"metric": ["a", "b"], "mode": "min"}, "give both as lists"),
+        ({"metric": ["a", "b"], "mode": ["min"]}, "must have the same length"),
+        ({"metric": ["a", "a"], "mode": ["min", "min"]}, "names a metric twice"),
+        ({"max_concurrent_trials": 0}, "max_concurrent_trials"),
+        ({"trial_resources": {"CPU": -1}}, "amounts must be numbers >= 0"),
+        ({"stop": {"loss": "low"}}, "bounds must be numbers"),
+        (
+            {"metric": ["a", "b"], "mode": ["min", "max"], "pruner": optuna.pruners.MedianPruner()},
+            "cannot prune a multi-objective search",
+        ),
+        ({"time_budget_s": 0}, "time_budget_s"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_tune_config_rejects_bad_values(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tune.TuneConfig(**kwargs)
+
+
+def test_tune_config_accepts_single_and_multi_objective() -> None:
+    single = tune.TuneConfig(metric="loss", mode="max")
+    assert single.metrics == ["loss"]
+    assert single.directions() == ["maximize"]
+    multi = tune.TuneConfig(metric=["loss", "latency"], mode=["min", "max"])
+    assert multi.multi_objective
+    assert multi.directions() == ["minimize", "maximize"]
+    assert tune.TuneConfig().directions() == ["minimize"]
+
+
+def test_trial_resources_accept_a_cpu_count() -> None:
+    assert tune.TuneConfig(trial_resources=0).trial_resources == {"CPU": 0.0}
+    assert tune.TuneConfig(trial_resources=0.5).trial_resources == {"CPU": 0.5}
+    assert tune.TuneConfig(trial_resources={"CPU": 1, "GPU": 1}).trial_resources == {
+        "CPU": 1.0,
+        "GPU": 1.0,
+    }
+
+
+def test_run_config_validates_name_and_callbacks() -> None:
+    with pytest.raises(ValidationError, match=r"RunConfig\.name"):
+        tune.RunConfig(name="a/b")
+    with pytest.raises(ValidationError, match=r"callbacks must be tune\.Callback instances"):
+        tune.RunConfig(callbacks=[object()])
+    with pytest.raises(ValidationError, match="verbose"):
+        tune.RunConfig(verbose=3)
+    with pytest.raises(ValidationError, match="max_failures"):
+        tune.FailureConfig(max_failures=-2)
+    with pytest.raises(ValidationError, match="checkpoint_score_order"):
+        tune.CheckpointConfig(checkpoint_score_order="best")  # type: ignore[arg-type]
+
+
+def test_checkpoint_config_maps_to_a_retention_policy() -> None:
+    policy = tune.CheckpointConfig(
+        num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+    ).retention()
+    assert (policy.num_to_keep, policy.score_attribute, policy.score_order) == (2, "loss", "min")
+
+
+def test_tuner_rejects_a_non_callable_trainable() -> None:
+    with pytest.raises(TypeError, match="trainable must be a function"):
+        tune.Tuner(42)  # type: ignore[arg-type]
