@@ -1,0 +1,1 @@
+"""Internals of lumos.train; nothing here is public API."""

@@ -1,0 +1,19 @@
+"""Backends: what a trainer sets up around the user's function (driver half)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lumos.train._internal.session import WorkerHooks
+
+
+class Backend:
+    """Driver-side half of a backend (``DataParallelTrainer`` uses this no-op one)."""
+
+    def prepare_launch(self, group: Any) -> WorkerHooks | None:
+        """Called before every launch of the training function on ``group``.
+
+        Returns:
+            Hooks that run in every worker's training thread, or ``None``.
+        """
+        return None

@@ -1,0 +1,59 @@
+"""Driver-side callbacks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lumos.runtime import WorkerFailure
+    from lumos.storage import Checkpoint
+    from lumos.train._internal.result import Result
+
+
+class Callback:
+    """Hooks called by the controller in the process that runs ``fit()``.
+
+    Subclass it and override what you need; every hook does nothing by
+    default. Hooks run in the controller's thread, so keep them quick. An
+    exception raised by a hook ends the run (the workers are stopped first).
+
+    Example:
+        >>> class PrintLoss(Callback):
+        ...     def on_report(self, metrics, checkpoint):
+        ...         print(metrics["loss"], checkpoint)
+        >>> RunConfig(callbacks=[PrintLoss()])  # doctest: +SKIP
+    """
+
+    def on_report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
+        """Called for each report of rank 0, in order.
+
+        Args:
+            metrics: the metrics rank 0 reported.
+            checkpoint: the committed checkpoint when this report carried one
+                (called once every rank reported it), else ``None``.
+        """
+
+    def on_failure(self, failures: list[WorkerFailure], will_restart: bool) -> None:
+        """Called when workers failed.
+
+        Args:
+            failures: what failed (``rank``, ``kind``, ``node_id``, ``error``,
+                ``message``), one entry per failed rank.
+            will_restart: whether the run restarts (else ``fit()`` raises).
+        """
+
+    def on_restart(self, attempt: int, checkpoint: Checkpoint | None) -> None:
+        """Called when training restarts after a failure.
+
+        Args:
+            attempt: the attempt number starting now (the first attempt is 0).
+            checkpoint: the checkpoint training resumes from, or ``None``.
+        """
+
+    def on_finish(self, result: Result | None, error: BaseException | None) -> None:
+        """Called once when the run ends (finished, failed or stopped).
+
+        Args:
+            result: the result when training finished, else ``None``.
+            error: the exception ``fit()`` is about to raise, else ``None``.
+        """

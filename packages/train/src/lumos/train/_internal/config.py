@@ -1,0 +1,224 @@
+"""User-facing configuration models (pydantic).
+
+Invalid values fail at construction with a message that names the field, the
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lumos.train._internal.callback import Callback
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+
+DEFAULT_STORAGE_PATH = "~/lumos_results"
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class ScalingConfig(_Config):
+    """How many workers to run and what each one needs.
+
+    Args:
+        num_workers: number of training workers (one process each), at least 1.
+        use_gpu: give each worker one GPU (``resources_per_worker["GPU"]``
+            defaults to 1) and use NCCL in ``TorchTrainer``.
+        resources_per_worker: Ray resources per worker, e.g.
+            ``{"CPU": 2, "GPU": 1}``. Default: 1 CPU (plus 1 GPU with
+            ``use_gpu``).
+        placement_strategy: Ray placement-group strategy for the workers:
+            ``"PACK"`` (default), ``"SPREAD"``, ``"STRICT_PACK"`` or
+            ``"STRICT_SPREAD"``.
+
+    Example:
+        >>> ScalingConfig(num_workers=4, use_gpu=True).worker_resources()
+        {'CPU': 1.0, 'GPU': 1.0}
+    """
+
+    num_workers: int = Field(default=1, ge=1)
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    placement_strategy: PlacementStrategy = "PACK"
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _check_resources(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        for key, amount in value.items():
+            if amount < 0:
+                raise ValueError(
+                    f"resources_per_worker[{key!r}]={amount!r} is negative; "
+                    "every amount must be >= 0"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _check_gpu(self) -> ScalingConfig:
+        gpus = (self.resources_per_worker or {}).get("GPU", 0)
+        if gpus > 0 and not self.use_gpu:
+            raise ValueError(
+                f"resources_per_worker={{'GPU': {gpus}}} asks for GPUs but use_gpu=False; "
+                "set ScalingConfig(use_gpu=True) to train on GPUs"
+            )
+        return self
+
+    def worker_resources(self) -> dict[str, float]:
+        """The Ray resources one worker reserves."""
+        resources = {k: float(v) for k, v in (self.resources_per_worker or {}).items()}
+        resources.setdefault("CPU", 1.0)
+        if self.use_gpu:
+            resources.setdefault("GPU", 1.0)
+        return resources
+
+
+class FailureConfig(_Config):
+    """What to do when a worker fails.
+
+    Args:
+        max_failures: how many failures the run may recover from by restarting
+            from its latest committed checkpoint: ``0`` (default) fails on the
+            first error, ``-1`` retries forever.
+        restart_strategy: ``"replace_failed"`` (default) replaces only the
+            failed workers; the surviving workers keep their processes (and
+            their imported libraries) and restart the training function from
+            the checkpoint. ``"full_group"`` starts a whole new worker group.
+            If replacing fails, the controller falls back to a new group.
+        health_check_timeout_s: a worker that does not answer for this long
+            counts as failed (hung).
+
+    Example:
+        >>> FailureConfig(max_failures=3).max_failures
+        3
+    """
+
+    max_failures: int = 0
+    restart_strategy: Literal["replace_failed", "full_group"] = "replace_failed"
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("max_failures")
+    @classmethod
+    def _check_max_failures(cls, value: int) -> int:
+        if value < -1:
+            raise ValueError(
+                f"max_failures={value} is not allowed; use -1 (retry forever), "
+                "0 (no retries) or a positive number of retries"
+            )
+        return value
+
+
+class CheckpointConfig(_Config):
+    """Which committed checkpoints to keep.
+
+    The latest checkpoint is always kept (training resumes from it).
+
+    Args:
+        num_to_keep: keep at most this many checkpoints (plus the latest when
+            it is not among them). ``None`` keeps all.
+        checkpoint_score_attribute: metric of the report that ranks
+            checkpoints; without it the most recent ones are kept.
+        checkpoint_score_order: ``"max"`` (default) or ``"min"``: which end
+            of the score is best.
+
+    Example:
+        >>> CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
+        ...                  checkpoint_score_order="min").num_to_keep
+        2
+    """
+
+    num_to_keep: int | None = Field(default=None, ge=1)
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+
+class RunConfig(_Config):
+    """Where a run writes, what it is called, and how it recovers.
+
+    ``RunConfig(storage_path, name)`` identifies a run: calling ``fit()``
+    again with the same pair resumes that run from its latest checkpoint.
+
+    Args:
+        name: the run's name (its directory under ``storage_path``). Default:
+            a readable unique name such as ``train-2026-11-29_17-40-03-a1b2``;
+            inside a Tune trial: ``"train"`` (so a resumed trial resumes it).
+        storage_path: local directory or fsspec URL (``s3://bucket/runs``).
+            Default: the enclosing Tune trial's directory, else
+            ``~/lumos_results``.
+        storage_filesystem: an fsspec filesystem to use for ``storage_path``.
+        failure_config: see ``FailureConfig``.
+        checkpoint_config: see ``CheckpointConfig``.
+        callbacks: ``train.Callback`` objects; they run in the driver.
+        verbose: print concise state lines to stderr (default True).
+
+    Example:
+        >>> RunConfig(name="run-42", storage_path="/tmp/runs",
+        ...           failure_config=FailureConfig(max_failures=2)).name
+        'run-42'
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    storage_filesystem: Any = None
+    failure_config: FailureConfig = Field(default_factory=FailureConfig)
+    checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    callbacks: list[Callback] = Field(default_factory=list)
+    verbose: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from lumos.storage import validate_name
+
+        return validate_name(value, "name")
+
+    @field_validator("storage_path", mode="before")
+    @classmethod
+    def _check_storage_path(cls, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(
+                f"storage_path={value!r} is not a path; pass a local directory or an "
+                "fsspec URL such as 's3://bucket/runs'"
+            )
+        return value
+
+    @field_validator("storage_filesystem")
+    @classmethod
+    def _check_fs(cls, value: Any) -> AbstractFileSystem | None:
+        if value is None:
+            return None
+        from fsspec import AbstractFileSystem
+
+        if not isinstance(value, AbstractFileSystem):
+            raise ValueError(
+                f"storage_filesystem={value!r} is not an fsspec filesystem; pass an "
+                "fsspec.AbstractFileSystem (e.g. s3fs.S3FileSystem()) or None"
+            )
+        return value
+
+    @field_validator("callbacks", mode="before")
+    @classmethod
+    def _check_callbacks(cls, value: Any) -> list[Callback]:
+        if not isinstance(value, list | tuple):
+            raise ValueError(
+                f"callbacks={value!r} is not a list; pass a list of train.Callback objects"
+            )
+        for i, cb in enumerate(value):
+            if not isinstance(cb, Callback):
+                raise ValueError(
+                    f"callbacks[{i}]={cb!r} is not a lumos.train.Callback; subclass "
+                    "train.Callback and override the hooks you need"
+                )
+        return list(value)

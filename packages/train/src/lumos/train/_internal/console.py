@@ -1,0 +1,33 @@
+"""Concise console state lines (stderr), through the ``lumos.train`` logger."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+logger = logging.getLogger("lumos.train")
+
+
+def _ensure_handler() -> None:
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[lumos.train] %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+class Console:
+    """Prints state lines when ``verbose``; always logs at DEBUG otherwise."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        if verbose:
+            _ensure_handler()
+
+    def info(self, message: str) -> None:
+        logger.log(logging.INFO if self.verbose else logging.DEBUG, message)
+
+    def warning(self, message: str) -> None:
+        logger.warning(message)

@@ -1,0 +1,1 @@
+"""The training controller: an event-driven state machine in the driver process."""

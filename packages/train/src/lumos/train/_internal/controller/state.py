@@ -1,0 +1,89 @@
+"""Controller states: explicit classes carrying their payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lumos.runtime import WorkerFailure
+    from lumos.storage import CheckpointRecord
+    from lumos.train._internal.errors import TrainingFailedError
+    from lumos.train._internal.result import Result
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    """Base of every state; ``terminal`` states end ``TrainController.run``."""
+
+    terminal = False
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__.removesuffix("State").lower()
+
+
+@dataclass(frozen=True)
+class InitializingState(ControllerState):
+    """Nothing started yet."""
+
+
+@dataclass(frozen=True)
+class SchedulingState(ControllerState):
+    """Workers are being started (or replaced) for ``attempt``.
+
+    Attributes:
+        attempt: the attempt about to start.
+        resume_from: the checkpoint every rank resumes from.
+        replace_ranks: ranks to replace in the existing group; ``None`` starts a new group.
+    """
+
+    attempt: int
+    resume_from: CheckpointRecord | None
+    replace_ranks: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RunningState(ControllerState):
+    """The training function runs on every worker."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class RestartingState(ControllerState):
+    """Workers failed; the failure policy decides whether to restart.
+
+    Attributes:
+        failures: what failed (one entry per failed rank).
+        attempt: the attempt that failed.
+        ended_ranks: ranks whose training thread already ended (they need no stop).
+    """
+
+    failures: tuple[WorkerFailure, ...]
+    attempt: int
+    ended_ranks: frozenset[int] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class FinishedState(ControllerState):
+    """Every rank returned; ``result`` is what ``fit()`` returns."""
+
+    result: Result
+    terminal = True
+
+
+@dataclass(frozen=True)
+class ErroredState(ControllerState):
+    """The run failed for good; ``fit()`` raises ``error``."""
+
+    error: TrainingFailedError
+    terminal = True
+
+
+@dataclass(frozen=True)
+class AbortedState(ControllerState):
+    """The run was stopped from outside (Ctrl-C, the parent job); ``fit()`` raises ``error``."""
+
+    error: BaseException
+    terminal = True

@@ -1,0 +1,69 @@
+"""Exceptions of lumos.train.
+
+``TrainError`` is the base of everything this package raises on purpose.
+Every exception here pickles (they cross Ray processes and Tune trials).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class TrainError(Exception):
+    """Base class of the errors raised by lumos.train."""
+
+
+class TrainConfigError(TrainError, ValueError):
+    """A trainer argument is invalid (raised before any worker starts)."""
+
+
+class CheckpointReportError(TrainError, ValueError):
+    """Ranks disagreed about a checkpoint in one ``train.report()`` call."""
+
+
+class TrainingFailedError(TrainError):
+    """The run failed and could not be recovered.
+
+    Raised by ``fit()`` when a non-retryable error happened or when the
+    ``FailureConfig(max_failures=...)`` budget is exhausted.
+
+    Attributes:
+        message: what happened, naming the setting and the way out.
+        worker_errors: every failed worker's error, by world rank (the latest
+            failure of each rank). Values are the remote errors from the
+            workers (``lumos.runtime.RemoteError``: ``str()`` shows the remote
+            traceback) or plain exceptions for driver-side failures.
+        failures: how many restarts the run had used when it gave up.
+
+    Example:
+        >>> try:
+        ...     trainer.fit()  # doctest: +SKIP
+        ... except train.TrainingFailedError as e:
+        ...     for rank, err in e.worker_errors.items():
+        ...         print(rank, err)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        worker_errors: Mapping[int, BaseException] | None = None,
+        failures: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.worker_errors: dict[int, BaseException] = dict(worker_errors or {})
+        self.failures = failures
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.worker_errors, self.failures))
+
+    def __str__(self) -> str:
+        if not self.worker_errors:
+            return self.message
+        parts = [self.message]
+        for rank in sorted(self.worker_errors):
+            err = self.worker_errors[rank]
+            text = str(err).rstrip() or type(err).__name__
+            parts.append(f"--- rank {rank}: {text}")
+        return "\n".join(parts)

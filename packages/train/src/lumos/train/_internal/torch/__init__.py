@@ -1,0 +1,1 @@
+"""TorchTrainer internals: process group setup and model/data helpers."""

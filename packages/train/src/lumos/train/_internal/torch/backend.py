@@ -1,0 +1,111 @@
+"""The torch backend: a ``torch.distributed`` process group around the user's function.
+
+Driver half (:class:`TorchBackend`): the address is rank 0's node IP. Worker half
+(:class:`TorchWorkerHooks`, runs in each training thread): rank 0 picks a free port
+and broadcasts it through the runtime session (no extra driver round trip before
+the launch; the other ranks are still importing torch meanwhile), every rank sets
+the usual env vars, destroys a process group left over from a failed attempt, and
+joins the new one. When the function ends
+(also by an error) the group is destroyed, which closes its sockets so that
+peers blocked in a collective fail at once instead of waiting for the timeout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from lumos.train._internal.backend import Backend
+from lumos.train._internal.session import TrainContext, WorkerHooks
+
+if TYPE_CHECKING:
+    from lumos.train._internal.torch.config import TorchConfig
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def destroy_process_group_quietly() -> None:
+    """Destroy the default process group if there is one (errors ignored)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a group whose peers died may fail to tear down cleanly
+            pass
+
+
+class TorchWorkerHooks(WorkerHooks):
+    """Joins the process group in every training thread (picklable, plain values only)."""
+
+    def __init__(self, backend: str, master_addr: str, timeout_s: float) -> None:
+        self.backend = backend
+        self.master_addr = master_addr
+        self.timeout_s = timeout_s
+
+    def on_start(self, context: TrainContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        from lumos.runtime import worker
+
+        rank = context.get_world_rank()
+        world = context.get_world_size()
+        session = worker.get_session()
+        assert session is not None
+        port = int(session.broadcast_from_rank_zero(_free_port() if rank == 0 else None))
+        os.environ.update(
+            {
+                "MASTER_ADDR": self.master_addr,
+                "MASTER_PORT": str(port),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(context.get_local_rank()),
+                "LOCAL_WORLD_SIZE": str(context.get_local_world_size()),
+                "NODE_RANK": str(context.get_node_rank()),
+            }
+        )
+        destroy_process_group_quietly()
+        if self.backend == "nccl" and torch.cuda.is_available():
+            torch.cuda.set_device(_local_device_index(context))
+        dist.init_process_group(
+            backend=self.backend,
+            init_method=f"tcp://{self.master_addr}:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=self.timeout_s),
+        )
+
+    def on_end(self, context: TrainContext, error: BaseException | None) -> None:
+        destroy_process_group_quietly()
+
+
+def _local_device_index(context: TrainContext) -> int:
+    import torch
+
+    gpu_ids = context.get_worker_info().gpu_ids
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpu_ids and visible:
+        ids = [v.strip() for v in visible.split(",")]
+        if str(gpu_ids[0]) in ids:
+            return ids.index(str(gpu_ids[0]))
+    return min(context.get_local_rank(), max(torch.cuda.device_count() - 1, 0))
+
+
+class TorchBackend(Backend):
+    """Driver half of the torch backend."""
+
+    def __init__(self, config: TorchConfig, use_gpu: bool) -> None:
+        self.config = config
+        self.use_gpu = use_gpu
+
+    def prepare_launch(self, group: Any) -> WorkerHooks:
+        addr = str(group.workers[0].node_ip)
+        backend = self.config.resolved_backend(self.use_gpu)
+        return TorchWorkerHooks(backend, addr, self.config.timeout_s)

@@ -1,0 +1,44 @@
+"""lumos.train.torch: PyTorch data-parallel training.
+
+Example:
+    >>> from lumos import train
+    >>> from lumos.train.torch import TorchTrainer, prepare_model, prepare_data_loader
+    >>> def train_fn(config):
+    ...     model = prepare_model(torch.nn.Linear(4, 1))
+    ...     ...
+    >>> TorchTrainer(train_fn, scaling_config=train.ScalingConfig(num_workers=2)).fit()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lumos.train._internal.torch.config import TorchConfig
+    from lumos.train._internal.torch.trainer import TorchTrainer
+    from lumos.train._internal.torch.utils import get_device, prepare_data_loader, prepare_model
+
+# loaded on first use: a worker that only calls prepare_model does not import the trainer
+_LAZY: dict[str, str] = {
+    "TorchConfig": "lumos.train._internal.torch.config",
+    "TorchTrainer": "lumos.train._internal.torch.trainer",
+    "get_device": "lumos.train._internal.torch.utils",
+    "prepare_data_loader": "lumos.train._internal.torch.utils",
+    "prepare_model": "lumos.train._internal.torch.utils",
+}
+
+__all__ = ["TorchConfig", "TorchTrainer", "get_device", "prepare_data_loader", "prepare_model"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lumos.train.torch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

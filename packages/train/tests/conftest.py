@@ -1,0 +1,83 @@
+"""Shared fixtures: one real Ray cluster per session, env hygiene, fake-group trainers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import train_fns  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray cluster (num_cpus=4) shared by every integration test; yields its address."""
+    import ray
+    from ray import cloudpickle
+
+    # the helper train functions are shipped by value: workers cannot import tests/
+    cloudpickle.register_pickle_by_value(train_fns)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # address="local": always a fresh cluster of our own, even when another one runs here
+    ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=True)
+    try:
+        yield str(ctx.address_info["gcs_address"])
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _restore_env() -> Iterator[None]:
+    """Training hooks set MASTER_ADDR & co. in-process under the fake group; undo that."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def leaked() -> tuple[list[str], list[str]]:
+    """Live actors and placement groups of the cluster (GCS tables; no dashboard needed)."""
+    import ray
+    from ray._private import state as ray_state
+
+    actors = [
+        f"{a.get('ActorClassName', '?')}:{a.get('State')}"
+        for a in ray_state.actors().values()
+        if a.get("State") not in ("DEAD",)
+    ]
+    pgs = [
+        f"{pg_id}:{info.get('state')}"
+        for pg_id, info in ray.util.placement_group_table().items()
+        if info.get("state") != "REMOVED"
+    ]
+    return actors, pgs
+
+
+@pytest.fixture
+def no_leaks(ray_cluster: str) -> Iterator[None]:
+    """After the test: no live actors or placement groups left behind (kills are async)."""
+    import time
+
+    yield
+    deadline = time.monotonic() + 30
+    while True:
+        actors, pgs = leaked()
+        if not actors and not pgs:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"leaked actors {actors} / placement groups {pgs}")
+        time.sleep(0.2)  # the GCS tables can only be polled
+
+
+def run_config(tmp_path: Path, name: str = "run", **kwargs: Any) -> Any:
+    from lumos import train
+
+    kwargs.setdefault("verbose", False)
+    return train.RunConfig(name=name, storage_path=str(tmp_path), **kwargs)

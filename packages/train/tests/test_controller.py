@@ -1,0 +1,416 @@
+"""The controller state machine, driven through fit() with the runtime's fake worker group.
+
+No Ray here: ``lumos.runtime.testing.FakeCluster`` hands out in-process groups whose
+workers are threads with real WorkerSessions; failures are scripted.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import train_fns
+from conftest import run_config
+
+from lumos import train
+from lumos.runtime import FailureKind, WorkerFailure, WorkerGroupStartError
+from lumos.runtime.context import JobContext, running
+from lumos.runtime.testing import FakeCluster, FakeWorkerGroup
+from lumos.storage import LeaseHeldError, RunStorage
+
+
+def make(
+    fn: Any,
+    config: dict[str, Any] | None,
+    tmp_path: Path,
+    cluster: FakeCluster,
+    *,
+    workers: int = 2,
+    name: str = "run",
+    **run_kwargs: Any,
+) -> train.DataParallelTrainer:
+    trainer = train.DataParallelTrainer(
+        fn,
+        train_loop_config=config,
+        scaling_config=train.ScalingConfig(num_workers=workers),
+        run_config=run_config(tmp_path, name, **run_kwargs),
+    )
+    trainer._group_factory = cluster.start
+    return trainer
+
+
+def states(trainer: train.DataParallelTrainer) -> list[str]:
+    assert trainer._last_controller is not None
+    return [s.name for s in trainer._last_controller.history]
+
+
+class Recorder(train.Callback):
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def on_report(self, metrics: dict[str, Any], checkpoint: train.Checkpoint | None) -> None:
+        self.calls.append(("report", (metrics.get("step", metrics.get("i")), checkpoint)))
+
+    def on_failure(self, failures: list[WorkerFailure], will_restart: bool) -> None:
+        self.calls.append(("failure", ([(f.rank, f.kind) for f in failures], will_restart)))
+
+    def on_restart(self, attempt: int, checkpoint: train.Checkpoint | None) -> None:
+        self.calls.append(("restart", (attempt, checkpoint)))
+
+    def on_finish(self, result: train.Result | None, error: BaseException | None) -> None:
+        self.calls.append(("finish", (result is not None, type(error).__name__ if error else None)))
+
+
+def test_success_commits_every_checkpoint_and_keeps_history(tmp_path: Path) -> None:
+    cluster = FakeCluster()
+    rec = Recorder()
+    trainer = make(train_fns.checkpointing_loop, {"steps": 4}, tmp_path, cluster, callbacks=[rec])
+    result = trainer.fit()
+    assert states(trainer) == ["scheduling", "running", "finished"]
+    assert result.metrics["step"] == 3
+    assert result.checkpoint is not None
+    assert result.checkpoint.path.endswith("/run/checkpoint_3")
+    assert [m["step"] for _, m in result.best_checkpoints] == [0, 1, 2, 3]
+    assert [row["step"] for row in result.metrics_history] == [0, 1, 2, 3]
+    # every rank's files are in the checkpoint (sharded save), and it was acked to both ranks
+    with result.checkpoint.as_directory() as d:
+        assert sorted(p.name for p in Path(d).iterdir()) == [
+            "shard_0.txt",
+            "shard_1.txt",
+            "state.json",
+        ]
+    group = cluster.groups[0]
+    assert [v for v, ranks in group.sent if ranks == [0, 1]] == [("ack", i) for i in range(4)]
+    assert group.closed
+    assert [c for c in rec.calls if c[0] == "report"][-1][1][1] == result.checkpoint
+    assert rec.calls[-1] == ("finish", (True, None))
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert state.status == "finished"
+    assert [a.status for a in state.attempts] == ["finished"]
+
+
+def test_metrics_only_reports_are_all_kept_in_order(tmp_path: Path) -> None:
+    trainer = make(train_fns.metrics_only_loop, {"n": 700}, tmp_path, FakeCluster())
+    result = trainer.fit()
+    history = result.metrics_history
+    assert [row["i"] for row in history] == list(range(700))
+    assert {row["rank"] for row in history} == {0}
+    assert result.checkpoint is None
+    assert len(result.metrics_dataframe) == 700
+
+
+def test_user_error_without_retries_raises_with_the_workers_error(tmp_path: Path) -> None:
+    rec = Recorder()
+    trainer = make(train_fns.failing_loop, {"rank": 1}, tmp_path, FakeCluster(), callbacks=[rec])
+    with pytest.raises(train.TrainingFailedError) as info:
+        trainer.fit()
+    err = info.value
+    assert "FailureConfig(max_failures=0)" in str(err)
+    assert set(err.worker_errors) == {1}
+    assert "bad batch on purpose" in str(err.worker_errors[1])
+    assert states(trainer)[-2:] == ["restarting", "errored"]
+    assert ("failure", ([(1, FailureKind.USER_ERROR)], False)) in rec.calls
+    assert rec.calls[-1] == ("finish", (False, "TrainingFailedError"))
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert state.status == "errored"
+
+
+def test_worker_death_replaces_only_that_worker_and_resumes_from_the_latest_checkpoint(
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster([lambda g: g.after_reports(5, lambda g: g.kill_worker(1))])
+    rec = Recorder()
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 6},
+        tmp_path,
+        cluster,
+        failure_config=train.FailureConfig(max_failures=1),
+        callbacks=[rec],
+    )
+    result = trainer.fit()
+    assert result.metrics["step"] == 5
+    assert result.metrics["attempt"] == 1
+    assert result.metrics["start"] >= 1  # resumed from a checkpoint, not from scratch
+    assert len(cluster.groups) == 1  # the survivors kept their "processes"
+    assert cluster.groups[0].replaced == [[1]]
+    assert states(trainer) == [
+        "scheduling",
+        "running",
+        "restarting",
+        "scheduling",
+        "running",
+        "finished",
+    ]
+    failure = next(c for c in rec.calls if c[0] == "failure")
+    assert failure[1] == ([(1, FailureKind.ACTOR_DIED)], True)
+    restart = next(c for c in rec.calls if c[0] == "restart")
+    assert restart[1][0] == 1
+    assert restart[1][1] is not None
+    # the history continues from the resumed checkpoint: one row per step
+    assert [row["step"] for row in result.metrics_history] == list(range(6))
+
+
+def test_hung_worker_is_replaced(tmp_path: Path) -> None:
+    cluster = FakeCluster([lambda g: g.after_reports(3, lambda g: g.hang_worker(0))])
+    rec = Recorder()
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 4},
+        tmp_path,
+        cluster,
+        failure_config=train.FailureConfig(max_failures=1),
+        callbacks=[rec],
+    )
+    assert trainer.fit().metrics["step"] == 3
+    assert cluster.groups[0].replaced == [[0]]
+    assert next(c for c in rec.calls if c[0] == "failure")[1][0] == [(0, FailureKind.HUNG)]
+
+
+def test_full_group_strategy_starts_a_new_group(tmp_path: Path) -> None:
+    cluster = FakeCluster([lambda g: g.after_reports(3, lambda g: g.kill_worker(0))])
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 4},
+        tmp_path,
+        cluster,
+        failure_config=train.FailureConfig(max_failures=1, restart_strategy="full_group"),
+    )
+    assert trainer.fit().metrics["step"] == 3
+    assert len(cluster.groups) == 2
+    assert cluster.groups[0].closed
+    assert cluster.groups[0].replaced == []
+
+
+def test_restart_budget_exhausted_names_the_setting(tmp_path: Path) -> None:
+    def script(g: FakeWorkerGroup) -> None:
+        g.after_reports(3, lambda g: g.kill_worker(1))
+        g.after_reports(9, lambda g: g.kill_worker(0))
+
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 50},
+        tmp_path,
+        FakeCluster([script]),
+        failure_config=train.FailureConfig(max_failures=1),
+    )
+    with pytest.raises(train.TrainingFailedError, match=r"FailureConfig\(max_failures=1\)") as info:
+        trainer.fit()
+    assert set(info.value.worker_errors) == {0}
+    assert states(trainer).count("restarting") == 2
+
+
+def test_failure_while_restarting_counts_as_a_failure(tmp_path: Path) -> None:
+    cluster = FakeCluster(
+        [
+            lambda g: g.after_reports(3, lambda g: g.kill_worker(0)),
+            WorkerGroupStartError("no resources for 2 workers"),
+            None,
+        ]
+    )
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 4},
+        tmp_path,
+        cluster,
+        failure_config=train.FailureConfig(max_failures=2, restart_strategy="full_group"),
+    )
+    assert trainer.fit().metrics["step"] == 3
+    assert len(cluster.specs) == 3
+
+    cluster = FakeCluster(
+        [lambda g: g.after_reports(3, lambda g: g.kill_worker(0)), WorkerGroupStartError("nope")]
+    )
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 4},
+        tmp_path,
+        cluster,
+        name="run2",
+        failure_config=train.FailureConfig(max_failures=1, restart_strategy="full_group"),
+    )
+    with pytest.raises(train.TrainingFailedError, match=r"could not start the workers.*nope"):
+        trainer.fit()
+
+
+def test_different_checkpoint_dir_names_across_ranks_fail_clearly(tmp_path: Path) -> None:
+    trainer = make(
+        train_fns.mismatched_dir_names,
+        {},
+        tmp_path,
+        FakeCluster(),
+        failure_config=train.FailureConfig(max_failures=3),
+    )
+    with pytest.raises(train.TrainingFailedError) as info:
+        trainer.fit()
+    text = str(info.value)
+    assert "different checkpoint_dir_name" in text
+    assert "rank 0: 'ckpt_rank0'" in text
+    assert "rank 1: 'ckpt_rank1'" in text
+    assert states(trainer).count("restarting") == 0  # not retried: it would fail again
+
+
+def test_retention_keeps_best_n_by_score_plus_latest(tmp_path: Path) -> None:
+    losses = [5.0, 1.0, 4.0, 0.5, 3.0, 6.0]
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 6, "losses": losses},
+        tmp_path,
+        FakeCluster(),
+        checkpoint_config=train.CheckpointConfig(
+            num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+        ),
+    )
+    result = trainer.fit()
+    kept = sorted(Path(c.path).name for c, _ in result.best_checkpoints)
+    assert kept == ["checkpoint_1", "checkpoint_3", "checkpoint_5"]
+    on_disk = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != "_lumos")
+    assert on_disk == kept
+
+
+def _ctx(tmp_path: Path, report: Any, stop_event: threading.Event) -> JobContext:
+    return JobContext(
+        kind="tune.trial",
+        name="trial_0",
+        storage_path=str(tmp_path / "trial_0"),
+        storage_filesystem=None,
+        report=report,
+        stop_event=stop_event,
+        stop_error=lambda: KeyError("pruned by the parent"),
+    )
+
+
+def test_job_context_storage_reports_and_parent_exception(tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    class Pruned(Exception):
+        pass
+
+    def report(metrics: dict[str, Any]) -> None:
+        seen.append(metrics["i"])
+        if len(seen) == 5:
+            raise Pruned()
+
+    cluster = FakeCluster()
+    trainer = train.DataParallelTrainer(
+        train_fns.stopping_loop,
+        train_loop_config={},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(verbose=False),
+    )
+    trainer._group_factory = cluster.start
+    with running(_ctx(tmp_path, report, threading.Event())), pytest.raises(Pruned):
+        trainer.fit()
+    assert seen == [0, 1, 2, 3, 4]
+    assert cluster.groups[0].closed
+    assert not cluster.groups[0].leaked_threads
+    state = RunStorage(tmp_path / "trial_0", "train").load_state()
+    assert state is not None
+    assert state.status == "aborted"
+
+
+def test_job_context_stop_event_stops_workers_and_raises_stop_error(tmp_path: Path) -> None:
+    stop = threading.Event()
+
+    def report(metrics: dict[str, Any]) -> None:
+        if metrics["i"] == 3:
+            stop.set()
+
+    cluster = FakeCluster()
+    trainer = train.DataParallelTrainer(
+        train_fns.stopping_loop,
+        train_loop_config={},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(verbose=False),
+    )
+    trainer._group_factory = cluster.start
+    with running(_ctx(tmp_path, report, stop)), pytest.raises(KeyError, match="pruned"):
+        trainer.fit()
+    assert states(trainer)[-1] == "aborted"
+    assert cluster.groups[0].closed
+    assert not cluster.groups[0].leaked_threads
+
+
+def test_job_level_restore_resumes_then_returns_the_finished_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {"steps": 5, "die": {"rank": 1, "step": 3, "how": "raise"}}
+    cluster = FakeCluster()
+    with pytest.raises(train.TrainingFailedError):
+        make(train_fns.checkpointing_loop, config, tmp_path, cluster).fit()
+    # same RunConfig(storage_path, name): resumes from checkpoint_2 (attempt 1 does not fail)
+    trainer = make(train_fns.checkpointing_loop, config, tmp_path, cluster, verbose=True)
+    result = trainer.fit()
+    assert result.metrics == {"step": 4, "start": 3, "attempt": 1}
+    assert (
+        "resuming run 'run' (it was errored) from checkpoint 'checkpoint_2'"
+        in capsys.readouterr().err
+    )
+    # a finished run is not trained again
+    groups = len(cluster.groups)
+    again = make(train_fns.checkpointing_loop, config, tmp_path, cluster, verbose=True).fit()
+    assert len(cluster.groups) == groups
+    assert again.metrics == result.metrics
+    assert again.checkpoint == result.checkpoint
+    assert "already finished" in capsys.readouterr().err
+    assert train.Result.from_path(str(tmp_path / "run")).metrics["step"] == 4
+
+
+def test_a_second_live_driver_is_refused(tmp_path: Path) -> None:
+    storage = RunStorage(tmp_path, "run")
+    with storage.acquire_lease():
+        with pytest.raises(LeaseHeldError):
+            make(train_fns.metrics_only_loop, {"n": 1}, tmp_path, FakeCluster()).fit()
+
+
+def test_uncommitted_leftovers_are_removed_on_restore(tmp_path: Path) -> None:
+    trainer = make(train_fns.checkpointing_loop, {"steps": 2}, tmp_path, FakeCluster())
+    storage = RunStorage(tmp_path, "run")
+    from lumos.storage import RunState
+
+    storage.save_state(RunState(name="run", status="aborted"))
+    (tmp_path / "run" / "checkpoint_9").mkdir()
+    (tmp_path / "run" / "checkpoint_9" / "half.bin").write_bytes(b"x")
+    trainer.fit()
+    assert not (tmp_path / "run" / "checkpoint_9").exists()
+
+
+def test_callback_exception_stops_the_run(tmp_path: Path) -> None:
+    class Boom(train.Callback):
+        def on_report(self, metrics: dict[str, Any], checkpoint: Any) -> None:
+            raise RuntimeError("callback broke")
+
+    cluster = FakeCluster()
+    trainer = make(train_fns.stopping_loop, {}, tmp_path, cluster, callbacks=[Boom()])
+    with pytest.raises(RuntimeError, match="callback broke"):
+        trainer.fit()
+    assert cluster.groups[0].closed
+
+
+def test_a_checkpoint_that_a_finished_rank_never_reported_fails_clearly(tmp_path: Path) -> None:
+    trainer = make(train_fns.uneven_checkpoints, {}, tmp_path, FakeCluster())
+    with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] returned without"):
+        trainer.fit()
+
+
+def test_ctrl_c_aborts_and_the_next_fit_resumes(tmp_path: Path) -> None:
+    class Interrupt(train.Callback):
+        def on_report(self, metrics: dict[str, Any], checkpoint: Any) -> None:
+            if metrics["step"] == 2 and checkpoint is not None:
+                raise KeyboardInterrupt
+
+    cluster = FakeCluster()
+    config = {"steps": 5}
+    with pytest.raises(KeyboardInterrupt):
+        make(train_fns.checkpointing_loop, config, tmp_path, cluster, callbacks=[Interrupt()]).fit()
+    assert cluster.groups[0].closed
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert state.status == "aborted"
+    result = make(train_fns.checkpointing_loop, config, tmp_path, cluster).fit()
+    assert result.metrics["step"] == 4
+    assert result.metrics["start"] == 3

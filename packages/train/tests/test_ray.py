@@ -1,0 +1,248 @@
+"""Integration tests on one real local Ray cluster (session fixture ``ray_cluster``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import train_fns
+from conftest import HERE, leaked, run_config
+
+from lumos import train
+from lumos.storage import RunStorage
+from lumos.train.torch import TorchConfig, TorchTrainer
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+def test_ddp_two_workers_match_one_process_on_the_same_global_batch(tmp_path: Path) -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 3, generator=g)
+    y = torch.randn(8, 2, generator=g)
+    config = {"x": x.tolist(), "y": y.tolist(), "lr": 0.1, "steps": 3}
+    result = TorchTrainer(
+        train_fns.ddp_step,
+        train_loop_config=config,
+        torch_config=TorchConfig(timeout_s=120),
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path, "ddp"),
+    ).fit()
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert result.metrics["rank"] == 0
+    torch.testing.assert_close(torch.tensor(result.metrics["weight"]), model.weight.detach())
+    torch.testing.assert_close(torch.tensor(result.metrics["bias"]), model.bias.detach())
+
+
+def test_worker_sigkill_resumes_from_the_last_committed_checkpoint(tmp_path: Path) -> None:
+    # rank 1 kills its own process at step 3, right after report(step 2) returned on
+    # every rank: checkpoint_2 must be committed, so training resumes exactly at step 3.
+    config = {"steps": 6, "die": {"rank": 1, "step": 3, "how": "sigkill"}}
+    result = TorchTrainer(
+        train_fns.checkpointing_loop,
+        train_loop_config=config,
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(
+            tmp_path, "sigkill", failure_config=train.FailureConfig(max_failures=1)
+        ),
+    ).fit()
+    assert result.metrics == {"step": 5, "start": 3, "attempt": 1}
+    assert [row["step"] for row in result.metrics_history] == list(range(6))
+    state = RunStorage(tmp_path, "sigkill").load_state()
+    assert state is not None
+    assert [a.status for a in state.attempts] == ["errored", "finished"]
+    assert "died" in (state.attempts[0].error or "")
+
+
+def test_user_error_is_raised_with_the_remote_traceback(tmp_path: Path) -> None:
+    with pytest.raises(train.TrainingFailedError) as info:
+        train.DataParallelTrainer(
+            train_fns.failing_loop,
+            train_loop_config={"rank": 0},
+            scaling_config=train.ScalingConfig(num_workers=2),
+            run_config=run_config(tmp_path, "usererr"),
+        ).fit()
+    err = info.value.worker_errors[0]
+    assert "bad batch on purpose" in str(err)
+    assert "train_fns.py" in str(err)  # the remote traceback is kept
+
+
+def test_sharded_checkpoint_from_two_ranks(tmp_path: Path) -> None:
+    result = train.DataParallelTrainer(
+        train_fns.sharded_checkpoint,
+        train_loop_config={},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path, "sharded"),
+    ).fit()
+    assert result.checkpoint is not None
+    root = Path(result.checkpoint.path)
+    assert root == tmp_path / "sharded" / "sharded"
+    assert (root / "model_shard_0.bin").read_bytes() == bytes([0]) * 1000
+    assert (root / "model_shard_1.bin").read_bytes() == bytes([1]) * 1001
+
+
+def test_retention_keeps_best_n_by_score_plus_latest(tmp_path: Path) -> None:
+    result = train.DataParallelTrainer(
+        train_fns.checkpointing_loop,
+        train_loop_config={"steps": 5, "losses": [3.0, 1.0, 2.0, 0.5, 9.0]},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(
+            tmp_path,
+            "retention",
+            checkpoint_config=train.CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+            ),
+        ),
+    ).fit()
+    names = sorted(p.name for p in (tmp_path / "retention").iterdir() if p.name != "_lumos")
+    assert names == ["checkpoint_1", "checkpoint_3", "checkpoint_4"]
+    assert result.checkpoint is not None
+    assert result.checkpoint.path.endswith("checkpoint_4")
+    assert sorted(m["loss"] for _, m in result.best_checkpoints) == [0.5, 1.0, 9.0]
+
+
+def test_different_checkpoint_dir_names_across_ranks(tmp_path: Path) -> None:
+    with pytest.raises(train.TrainingFailedError, match="different checkpoint_dir_name"):
+        train.DataParallelTrainer(
+            train_fns.mismatched_dir_names,
+            train_loop_config={},
+            scaling_config=train.ScalingConfig(num_workers=2),
+            run_config=run_config(tmp_path, "mismatch"),
+        ).fit()
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import ray
+from ray import cloudpickle
+import train_fns
+cloudpickle.register_pickle_by_value(train_fns)
+ray.init(address={address!r}, log_to_driver=False)
+from lumos import train
+train.DataParallelTrainer(
+    train_fns.checkpointing_loop,
+    train_loop_config={{"steps": 40, "sleep_s": 0.25}},
+    scaling_config=train.ScalingConfig(num_workers=2),
+    run_config=train.RunConfig(name="driver-kill", storage_path={path!r}),
+).fit()
+"""
+
+
+def test_job_level_restore_after_the_driver_is_sigkilled(tmp_path: Path, ray_cluster: str) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(
+        textwrap.dedent(DRIVER.format(tests=str(HERE), address=ray_cluster, path=str(tmp_path)))
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL)
+    storage = RunStorage(tmp_path, "driver-kill")
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # the driver lives in another process: poll its stored state
+            assert proc.poll() is None, "the driver exited before it was killed"
+            state = storage.load_state() if storage.exists() else None
+            latest = state.latest() if state else None
+            if latest is not None and latest.report_index >= 2:
+                break
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    # Ray kills the dead driver's workers; wait for that before resuming
+    deadline = time.monotonic() + 60
+    while any(leaked()):
+        assert time.monotonic() < deadline, f"orphans of the killed driver: {leaked()}"
+        time.sleep(0.2)
+    state = storage.load_state()
+    assert state is not None
+    assert state.status == "running"
+    latest = state.latest()
+    assert latest is not None
+
+    result = train.DataParallelTrainer(
+        train_fns.checkpointing_loop,
+        train_loop_config={"steps": 40},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(name="driver-kill", storage_path=str(tmp_path)),
+    ).fit()
+    assert result.metrics["step"] == 39
+    assert result.metrics["start"] == latest.report_index + 1
+    assert [row["step"] for row in result.metrics_history] == list(range(40))
+    final = storage.load_state()
+    assert final is not None
+    assert final.status == "finished"
+
+
+def test_peer_blocked_in_a_collective_is_released_when_a_rank_fails(tmp_path: Path) -> None:
+    # rank 1 raises while rank 0 waits in a gloo barrier. The failing rank's process
+    # group is destroyed as its function ends, so rank 0's barrier fails at once and the
+    # survivors are reused; without that rank 0 would wait for the 10-minute gloo
+    # timeout and the controller would fall back to a new group.
+    trainer = TorchTrainer(
+        train_fns.torch_barrier_loop,
+        train_loop_config={"steps": 5},
+        torch_config=TorchConfig(timeout_s=600),
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(
+            tmp_path, "collective", failure_config=train.FailureConfig(max_failures=1)
+        ),
+    )
+    result = trainer.fit()
+    assert result.metrics == {"step": 4, "start": 3}
+    assert trainer._last_controller is not None
+    from lumos.train._internal.controller.state import SchedulingState
+
+    scheduling = [s for s in trainer._last_controller.history if isinstance(s, SchedulingState)]
+    assert [s.replace_ranks for s in scheduling] == [None, ()]  # no fallback to a new group
+
+
+def test_parent_job_stop_leaves_no_actors_or_placement_groups(tmp_path: Path) -> None:
+    import threading
+
+    from lumos.runtime.context import JobContext, running
+
+    class Pruned(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def report(metrics: dict[str, int]) -> None:
+        seen.append(metrics["i"])
+        if len(seen) == 3:
+            raise Pruned("the parent trial was pruned")
+
+    ctx = JobContext(
+        kind="tune.trial",
+        name="trial_7",
+        storage_path=str(tmp_path / "trial_7"),
+        storage_filesystem=None,
+        report=report,
+        stop_event=threading.Event(),
+        stop_error=lambda: Pruned("stopped"),
+    )
+    trainer = train.DataParallelTrainer(
+        train_fns.stopping_loop,
+        train_loop_config={},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(verbose=False),
+    )
+    with running(ctx), pytest.raises(Pruned, match="pruned"):
+        trainer.fit()
+    assert seen == [0, 1, 2]
+    assert (tmp_path / "trial_7" / "train" / "_lumos" / "run_state.json").exists()
+    # the no_leaks fixture then checks that no actor or placement group is left

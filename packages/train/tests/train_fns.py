@@ -1,0 +1,164 @@
+"""Training functions used by the tests (shipped to Ray workers by value)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+from typing import Any
+
+from lumos import train
+
+
+def _resume_step() -> int:
+    ckpt = train.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+        return int(json.load(f)["step"]) + 1
+
+
+def _save(step: int, extra: dict[str, Any] | None = None) -> train.Checkpoint:
+    d = tempfile.mkdtemp(prefix="lumos-test-ckpt-")
+    rank = train.get_context().get_world_rank()
+    with open(os.path.join(d, "state.json"), "w") as f:
+        json.dump({"step": step, **(extra or {})}, f)
+    with open(os.path.join(d, f"shard_{rank}.txt"), "w") as f:
+        f.write(f"rank {rank} step {step}")
+    return train.Checkpoint.from_directory(d)
+
+
+def checkpointing_loop(config: dict[str, Any]) -> None:
+    """Report ``steps`` checkpoints; resume from the latest one.
+
+    Options: ``sleep_s`` per step; ``die`` = {"rank", "step", "how"} kills/fails that
+    rank at that step in attempt 0 (``how``: sigkill | raise | hang).
+    """
+    start = _resume_step()
+    ctx = train.get_context()
+    die = config.get("die")
+    for step in range(start, config["steps"]):
+        if (
+            die
+            and ctx.get_attempt() == 0
+            and ctx.get_world_rank() == die["rank"]
+            and step == die["step"]
+        ):
+            how = die.get("how", "sigkill")
+            if how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif how == "raise":
+                raise ValueError(f"boom at step {step}")
+            elif how == "hang":
+                time.sleep(3600)
+        metrics = {"step": step, "start": start, "attempt": ctx.get_attempt()}
+        if "losses" in config:
+            metrics["loss"] = config["losses"][step]
+        train.report(metrics, checkpoint=_save(step))
+        if config.get("sleep_s"):
+            time.sleep(config["sleep_s"])
+
+
+def metrics_only_loop(config: dict[str, Any]) -> None:
+    """``n`` metrics-only reports on every rank."""
+    for i in range(config["n"]):
+        train.report({"i": i, "rank": train.get_context().get_world_rank()})
+
+
+def mismatched_dir_names(config: dict[str, Any]) -> None:
+    rank = train.get_context().get_world_rank()
+    train.report({"x": 1}, checkpoint=_save(0), checkpoint_dir_name=f"ckpt_rank{rank}")
+
+
+def failing_loop(config: dict[str, Any]) -> None:
+    train.report({"step": 0})
+    if train.get_context().get_world_rank() == config.get("rank", 1):
+        raise ValueError("bad batch on purpose")
+
+
+def stopping_loop(config: dict[str, Any]) -> None:
+    """Reports forever (bounded) until the controller stops it."""
+    for i in range(100_000):
+        train.report({"i": i})
+        time.sleep(0.01)
+
+
+def sharded_checkpoint(config: dict[str, Any]) -> None:
+    rank = train.get_context().get_world_rank()
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, f"model_shard_{rank}.bin"), "wb") as f:
+        f.write(bytes([rank]) * (1000 + rank))
+    train.report(
+        {"done": 1}, checkpoint=train.Checkpoint.from_directory(d), checkpoint_dir_name="sharded"
+    )
+
+
+def ddp_step(config: dict[str, Any]) -> None:
+    """One or more SGD steps of a linear model on this rank's half of a fixed global batch."""
+    import torch
+
+    from lumos.train.torch import get_device, prepare_model
+
+    torch.manual_seed(0)
+    model = prepare_model(torch.nn.Linear(3, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    x = torch.tensor(config["x"], dtype=torch.float32)
+    y = torch.tensor(config["y"], dtype=torch.float32)
+    ctx = train.get_context()
+    per = len(x) // ctx.get_world_size()
+    lo = ctx.get_world_rank() * per
+    xs, ys = x[lo : lo + per].to(get_device()), y[lo : lo + per].to(get_device())
+    for _ in range(config["steps"]):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(xs), ys)
+        loss.backward()
+        opt.step()
+    module = getattr(model, "module", model)
+    train.report(
+        {
+            "weight": module.weight.detach().cpu().tolist(),
+            "bias": module.bias.detach().cpu().tolist(),
+            "rank": ctx.get_world_rank(),
+        }
+    )
+
+
+def data_loader_epochs(config: dict[str, Any]) -> None:
+    """Write the sample ids each rank sees per epoch to ``out/rank{r}.json``."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lumos.train.torch import prepare_data_loader
+
+    data = TensorDataset(torch.arange(config["n"]))
+    loader = prepare_data_loader(DataLoader(data, batch_size=2, shuffle=config["shuffle"]))
+    seen = []
+    for _ in range(2):
+        seen.append([int(i) for (batch,) in loader for i in batch])
+    rank = train.get_context().get_world_rank()
+    with open(os.path.join(config["out"], f"rank{rank}.json"), "w") as f:
+        json.dump({"seen": seen, "len": len(loader)}, f)
+    train.report({"done": 1})
+
+
+def torch_barrier_loop(config: dict[str, Any]) -> None:
+    """Checkpointing loop with a gloo barrier per step; rank 1 raises at step 3 (attempt 0),
+    while rank 0 is blocked in that step's barrier."""
+    import torch.distributed as dist
+
+    start = _resume_step()
+    ctx = train.get_context()
+    for step in range(start, config["steps"]):
+        if ctx.get_attempt() == 0 and ctx.get_world_rank() == 1 and step == 3:
+            raise ValueError("rank 1 fails while rank 0 waits in a collective")
+        dist.barrier()
+        train.report({"step": step, "start": start}, checkpoint=_save(step))
+
+
+def uneven_checkpoints(config: dict[str, Any]) -> None:
+    """Rank 1 returns at once; rank 0 then reports a checkpoint nobody else will."""
+    if train.get_context().get_world_rank() == 0:
+        time.sleep(0.2)
+        train.report({"x": 1}, checkpoint=_save(0))
