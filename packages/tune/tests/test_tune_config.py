@@ -35,6 +35,8 @@ from lumos import tune
             "cannot prune a multi-objective search",
         ),
         ({"time_budget_s": 0}, "time_budget_s"),
+        ({"health_check_timeout_s": 0}, "health_check_timeout_s"),
+        ({"health_check_timeout_s": -5.0}, "health_check_timeout_s"),
         ({"unknown": 1}, "unknown"),
     ],
 )
@@ -85,3 +87,23 @@ def test_checkpoint_config_maps_to_a_retention_policy() -> None:
 def test_tuner_rejects_a_non_callable_trainable() -> None:
     with pytest.raises(TypeError, match="trainable must be a function"):
         tune.Tuner(42)  # type: ignore[arg-type]
+
+
+def _objective(config: dict[str, Any]) -> None:
+    return None
+
+
+def test_trial_actors_get_a_tolerant_configurable_health_check() -> None:
+    # A trial actor driving a Train run on a loaded machine can answer late: the pool
+    # Tune creates must not use the runtime's 10 s default.
+    assert tune.TuneConfig().health_check_timeout_s == 30.0
+    default_pool = tune.Tuner(_objective)._make_pool({"CPU": 1})
+    custom_pool = tune.Tuner(
+        _objective, tune_config=tune.TuneConfig(health_check_timeout_s=90)
+    )._make_pool({"CPU": 1})
+    try:
+        assert getattr(default_pool, "health_check_timeout_s", None) == 30.0
+        assert getattr(custom_pool, "health_check_timeout_s", None) == 90.0
+    finally:
+        default_pool.shutdown()
+        custom_pool.shutdown()

@@ -17,7 +17,11 @@ from tune_helpers import make_controller
 
 from lumos import tune
 from lumos.storage import CheckpointRecord, RunState, RunStorage
-from lumos.tune._internal.experiment import open_experiment, study_journal_path
+from lumos.tune._internal.experiment import (
+    _delete_uncommitted_checkpoints,
+    open_experiment,
+    study_journal_path,
+)
 from lumos.tune._internal.journal import FsJournal, StudyJournalBackend
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import TrialSpec
@@ -261,3 +265,26 @@ def test_readers_never_cut_a_journal_a_live_driver_is_writing(tmp_path: Any) -> 
     reader.append([{"a": 3}])
     with pytest.raises(RuntimeError, match="read-only"):
         reader.flush()
+
+
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_cleanup_never_deletes_a_nested_run_whatever_its_name(tmp_path: Any, backend: str) -> None:
+    storage_path = str(tmp_path) if backend == "local" else f"memory://tune-{uuid.uuid4().hex}"
+    _commit_checkpoint(storage_path, "trial_00000", 1)
+    trial = RunStorage(storage_path, "exp").child("trial_00000")
+    trial.fs.makedirs(trial.checkpoint_path("checkpoint_000003"), exist_ok=True)  # stale upload
+    trial.fs.makedirs(trial.checkpoint_path("artifacts"), exist_ok=True)  # user files
+    # Train runs nested in the trial: the default name and one the user chose.
+    for name in ("train", "checkpoint_finetune"):
+        nested = trial.child(name)
+        nested.save_state(RunState(name=name))
+        nested.fs.makedirs(nested.checkpoint_path("checkpoint_000000"), exist_ok=True)
+
+    assert _delete_uncommitted_checkpoints(trial) == ["checkpoint_000003"]
+    assert trial.list_uncommitted() == ["artifacts", "checkpoint_finetune", "train"]
+    for name in ("train", "checkpoint_finetune"):
+        nested = trial.child(name)
+        state = nested.load_state()
+        assert state is not None
+        assert state.name == name
+        assert nested.fs.isdir(nested.checkpoint_path("checkpoint_000000"))

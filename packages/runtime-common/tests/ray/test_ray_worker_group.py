@@ -299,6 +299,20 @@ def test_unplaceable_group_times_out_and_releases() -> None:
         WorkerGroup.start(spec)
 
 
+def test_waiting_for_resources_is_reported_to_on_waiting() -> None:
+    # 2 x 3 CPUs never fit on the 4-CPU cluster: the caller hears why it waits, early.
+    spec = WorkerGroupSpec(num_workers=2, resources_per_worker={"CPU": 3}, placement_timeout_s=12.0)
+    messages: list[str] = []
+    with pytest.raises(WorkerGroupStartError, match=r"placement_timeout_s=12\.0"):
+        WorkerGroup.start(spec, on_waiting=messages.append)
+    assert len(messages) == 1  # first after ~3 s, the next would come 15 s later
+    assert messages[0].startswith("waiting for resources: 0 of 2 worker(s) started")
+    assert "2 worker(s) x {'CPU': 3}" in messages[0]
+    assert "placement_strategy='PACK'" in messages[0]
+    assert "free in the cluster now: " in messages[0]
+    assert "CPU=" in messages[0]
+
+
 def _refuse_to_load() -> None:
     raise ImportError("this class only exists on the workers")
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import ray
 
 from lumos.runtime import (
     ErrorEvent,
@@ -19,6 +20,7 @@ from lumos.runtime import (
     WorkerPool,
     worker,
 )
+from lumos.runtime.testing import alive_placement_groups, assert_no_leaked_actors
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -166,3 +168,61 @@ def test_pool_zero_resource_workers() -> None:
             pool.send(wid, "z")
         events = _poll_until(pool, _ended(6))
         assert sorted(e.result[0] for e in events if isinstance(e, FinishedEvent)) == ids
+
+
+def start_group_then(action: str) -> None:
+    """Start a nested WorkerGroup, report its placement group name, then die or wait."""
+    from lumos.runtime import WorkerGroup, WorkerGroupSpec
+
+    session = worker.get_session()
+    assert session is not None
+    group = WorkerGroup.start(WorkerGroupSpec(num_workers=1))
+    pg = group.placement_group
+    assert pg is not None
+    name = ray.util.placement_group_table(pg)["name"]
+    actor_id = ray.get_runtime_context().get_actor_id()
+    session.emit({"pg_name": name, "actor_id": actor_id})
+    session.receive()  # the test says when
+    if action == "exit":
+        os._exit(1)  # no cleanup: the nested group's placement group would stay (Ray keeps it)
+    session.receive()  # "wait": until the worker is removed
+
+
+def _nested_group_started(pool: WorkerPool, wid: int) -> dict[str, Any]:
+    events = _poll_until(pool, lambda evs: any(isinstance(e, ReportEvent) for e in evs))
+    payload: dict[str, Any] = next(e.payload for e in events if isinstance(e, ReportEvent))
+    assert payload["pg_name"].startswith(f"lumos-wg-{payload['actor_id']}-")
+    assert [p.name for p in alive_placement_groups()] == [payload["pg_name"]]
+    return payload
+
+
+def test_worker_that_dies_with_a_nested_group_leaves_no_placement_group() -> None:
+    with WorkerPool({"CPU": 1}) as pool:
+        wid = pool.add_worker()
+        pool.launch(wid, start_group_then, args=("exit",))
+        _nested_group_started(pool, wid)
+        pool.send(wid, "go")
+        events = _poll_until(pool, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs))
+        assert [e.rank for e in events if isinstance(e, WorkerDiedEvent)] == [wid]
+        # The pool removed the placement group when it saw the death (not at shutdown).
+        assert_no_leaked_actors(timeout_s=30.0)
+        pool.remove_worker(wid)
+
+
+def test_removed_worker_with_a_nested_group_leaves_no_placement_group() -> None:
+    with WorkerPool({"CPU": 1}) as pool:
+        wid = pool.add_worker()
+        pool.launch(wid, start_group_then, args=("wait",))
+        _nested_group_started(pool, wid)
+        pool.send(wid, "go")
+        pool.remove_worker(wid)  # e.g. Tune killing a hung trial actor
+        assert_no_leaked_actors(timeout_s=30.0)
+
+
+def test_driver_group_placement_group_is_named_after_driver() -> None:
+    from lumos.runtime import WorkerGroup, WorkerGroupSpec
+
+    with WorkerGroup.start(WorkerGroupSpec(num_workers=1)) as group:
+        assert group.placement_group is not None
+        name = ray.util.placement_group_table(group.placement_group)["name"]
+        assert name.startswith("lumos-wg-driver-")

@@ -273,8 +273,10 @@ class FakeWorkerGroup(_FakeWorkers):
         self.shutdown_calls = 0
 
     @classmethod
-    def start(cls, spec: WorkerGroupSpec) -> FakeWorkerGroup:
-        """Same signature as ``WorkerGroup.start``."""
+    def start(
+        cls, spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None
+    ) -> FakeWorkerGroup:
+        """Same signature as ``WorkerGroup.start`` (never waits: ``on_waiting`` unused)."""
         return cls(spec)
 
     def _node_of(self, key: int) -> str | None:
@@ -408,6 +410,8 @@ class FakeCluster:
     Args:
         script: Actions for the 1st, 2nd, ... start; starts past the script are plain.
         num_nodes: Fake nodes per group.
+        waiting_messages: Lines each ``start`` passes to its ``on_waiting`` callback
+            before it returns or raises (simulates "waiting for resources").
 
     Attributes:
         groups: Every group started, in order.
@@ -418,15 +422,26 @@ class FakeCluster:
         >>> # controller(start=cluster.start): 1st start raises, 2nd works
     """
 
-    def __init__(self, script: Iterable[StartAction] = (), num_nodes: int = 1) -> None:
+    def __init__(
+        self,
+        script: Iterable[StartAction] = (),
+        num_nodes: int = 1,
+        waiting_messages: Iterable[str] = (),
+    ) -> None:
         self._script: collections.deque[StartAction] = collections.deque(script)
         self.num_nodes = num_nodes
+        self.waiting_messages = list(waiting_messages)
         self.groups: list[FakeWorkerGroup] = []
         self.specs: list[WorkerGroupSpec] = []
 
-    def start(self, spec: WorkerGroupSpec) -> FakeWorkerGroup:
+    def start(
+        self, spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None
+    ) -> FakeWorkerGroup:
         """Same signature as ``WorkerGroup.start``."""
         self.specs.append(spec)
+        if on_waiting is not None:
+            for message in self.waiting_messages:
+                on_waiting(message)
         action = self._script.popleft() if self._script else None
         if isinstance(action, BaseException):
             raise action

@@ -21,6 +21,7 @@ from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY, WorkerActor
 from lumos.runtime._internal.errors import RemoteError, WorkerGroupError, WorkerGroupStartError
 from lumos.runtime._internal.events import Event
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
+from lumos.runtime._internal.pg_owner import creator_actor_id, placement_group_name
 from lumos.runtime._internal.placement import actor_options, assign_ranks
 from lumos.runtime._internal.relay import CollectiveRelay
 from lumos.runtime._internal.session import WorkerInfo
@@ -30,7 +31,8 @@ logger = logging.getLogger("lumos.runtime")
 T = TypeVar("T")
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-_WAITING_LOG_EVERY_S = 10.0
+_WAITING_FIRST_S = 3.0
+_WAITING_EVERY_S = 15.0
 
 RemoteWorker: Any = ray.remote(WorkerActor)
 
@@ -180,8 +182,22 @@ class WorkerGroup:
 
     # -- start ------------------------------------------------------------------------
     @classmethod
-    def start(cls, spec: WorkerGroupSpec) -> WorkerGroup:
+    def start(
+        cls, spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None
+    ) -> WorkerGroup:
         """Create the placement group and the actors; wait until each reports its node.
+
+        The placement group is named ``lumos-wg-<creator actor id or 'driver'>-<uuid>``
+        so that the owner of a creating actor (``WorkerPool``) can remove it when that
+        actor dies (Ray keeps placement groups until the job ends).
+
+        Args:
+            spec: What to start.
+            on_waiting: Called with a one-line message ("waiting for resources: ...",
+                naming what is requested and what the cluster has free) when the
+                workers are not all running after ~3 s, then every ~15 s while still
+                waiting. The same line is logged on the ``lumos.runtime`` logger (INFO).
+                Exceptions it raises are logged and ignored.
 
         Raises:
             WorkerGroupStartError: Placement timed out or an actor failed to start;
@@ -190,7 +206,11 @@ class WorkerGroup:
         if not ray.is_initialized():
             ray.init()
         bundles = [dict(spec.resources_per_worker) for _ in range(spec.num_workers)]
-        pg = placement_group(bundles, strategy=spec.placement_strategy)
+        pg = placement_group(
+            bundles,
+            strategy=spec.placement_strategy,
+            name=placement_group_name(creator_actor_id()),
+        )
         actors: list[Any] = []
         try:
             opts = actor_options(spec.resources_per_worker)
@@ -209,7 +229,7 @@ class WorkerGroup:
                 )
             env = dict(spec.env_vars) or None
             refs = [a.setup.remote(env) for a in actors]
-            metas = _wait_setup(refs, spec, pg)
+            metas = _wait_setup(refs, spec, pg, on_waiting)
             owner_node = ray.get_runtime_context().get_node_id()
             order, infos = assign_ranks(metas, owner_node)
         except BaseException:
@@ -514,17 +534,24 @@ def _remove_pg(pg: PlacementGroup) -> None:
 
 
 def _wait_setup(
-    refs: list[Any], spec: WorkerGroupSpec, pg: PlacementGroup | None
+    refs: list[Any],
+    spec: WorkerGroupSpec,
+    pg: PlacementGroup | None,
+    on_waiting: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Wait for every actor's setup call; bounded by ``spec.placement_timeout_s``."""
+    """Wait for every actor's setup call; bounded by ``spec.placement_timeout_s``.
+
+    Reports "waiting for resources" after ``_WAITING_FIRST_S``, then every
+    ``_WAITING_EVERY_S``, to the log and to ``on_waiting``.
+    """
     start = time.monotonic()
     pending = list(refs)
+    next_wait = _WAITING_FIRST_S
     while pending:
         elapsed = time.monotonic() - start
+        wait_s = next_wait
         if spec.placement_timeout_s is not None:
-            wait_s = min(_WAITING_LOG_EVERY_S, spec.placement_timeout_s - elapsed)
-        else:
-            wait_s = _WAITING_LOG_EVERY_S
+            wait_s = min(wait_s, spec.placement_timeout_s - elapsed)
         if wait_s <= 0:
             needed = spec.resources_per_worker
             raise WorkerGroupStartError(
@@ -536,13 +563,14 @@ def _wait_setup(
         if pending and (
             spec.placement_timeout_s is None or time.monotonic() - start < spec.placement_timeout_s
         ):
-            logger.info(
-                "waiting for resources: %d of %d worker(s) started (%s each); available: %s",
-                len(refs) - len(pending),
-                len(refs),
-                spec.resources_per_worker,
-                _available(),
-            )
+            next_wait = _WAITING_EVERY_S
+            message = waiting_message(spec, len(refs) - len(pending), len(refs), _available())
+            logger.info("%s", message)
+            if on_waiting is not None:
+                try:
+                    on_waiting(message)
+                except Exception:
+                    logger.warning("on_waiting callback failed", exc_info=True)
     metas: list[dict[str, Any]] = []
     for ref in refs:
         try:
@@ -552,6 +580,18 @@ def _wait_setup(
                 f"a worker failed to start: {describe_actor_error(exc)}"
             ) from exc
     return metas
+
+
+def waiting_message(
+    spec: WorkerGroupSpec, started: int, total: int, available: dict[str, float]
+) -> str:
+    """The "waiting for resources" line: what is requested and what is free."""
+    free = ", ".join(f"{k}={v:g}" for k, v in sorted(available.items())) or "unknown"
+    return (
+        f"waiting for resources: {started} of {total} worker(s) started; requested "
+        f"{spec.num_workers} worker(s) x {dict(spec.resources_per_worker)} "
+        f"(placement_strategy={spec.placement_strategy!r}); free in the cluster now: {free}"
+    )
 
 
 def _available() -> dict[str, float]:

@@ -16,6 +16,7 @@ from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY
 from lumos.runtime._internal.errors import LumosRuntimeError
 from lumos.runtime._internal.events import Event, WorkerDiedEvent
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
+from lumos.runtime._internal.pg_owner import actor_id_of, remove_placement_groups_of
 from lumos.runtime._internal.placement import actor_options
 from lumos.runtime._internal.worker_group import (
     RemoteWorker,
@@ -35,6 +36,7 @@ class _PoolWorker:
     node_id: str | None = None
     pid: int | None = None
     seq: int = 0
+    actor_id: str | None = None
 
 
 class WorkerPool:
@@ -43,6 +45,10 @@ class WorkerPool:
     Workers are placed by Ray (no placement group) and reused across launches: the
     function is ``ray.put`` once per pool and deserialized once per actor. Events
     carry the worker id as ``rank``.
+
+    When a worker dies (``WorkerDiedEvent``) or is removed / killed / shut down, the
+    placement groups of every ``WorkerGroup`` it started are removed too (Ray would
+    keep them until the job ends): nested Train runs never leak reserved resources.
 
     Args:
         resources_per_worker: Ray resources of each worker, e.g. ``{"CPU": 1}``; all
@@ -98,7 +104,9 @@ class WorkerPool:
             max_task_retries=0,
             **actor_options(self.resources_per_worker),
         ).remote()
-        self._workers[wid] = _PoolWorker(actor, actor.setup.remote(self.env_vars or None))
+        self._workers[wid] = _PoolWorker(
+            actor, actor.setup.remote(self.env_vars or None), actor_id=actor_id_of(actor)
+        )
         return wid
 
     def ready(self, worker_id: int) -> bool:
@@ -161,6 +169,7 @@ class WorkerPool:
         self._refresh()
         if self._backlog:
             out, self._backlog = self._backlog, []
+            self._reap(out)
             return out
         wake = [
             w.setup_ref for w in self._workers.values() if not w.ready and w.setup_ref is not None
@@ -170,6 +179,7 @@ class WorkerPool:
         if self._backlog:
             events = events + self._backlog
             self._backlog = []
+        self._reap(events)
         return events
 
     def send(self, worker_id: int, value: Any) -> None:
@@ -190,6 +200,7 @@ class WorkerPool:
         self._mux.remove(worker_id)
         if w is not None:
             kill_quietly(w.actor)
+            remove_placement_groups_of([w.actor_id])
 
     def shutdown(self, grace_period_s: float = 5.0) -> None:
         """Stop every running function (up to ``grace_period_s``), then kill all actors."""
@@ -211,6 +222,7 @@ class WorkerPool:
         finally:
             for w in self._workers.values():
                 kill_quietly(w.actor)
+            remove_placement_groups_of([w.actor_id for w in self._workers.values()])
             self._workers.clear()
             self._mux.clear()
             self._fn_cache.clear()
@@ -269,6 +281,16 @@ class WorkerPool:
             w.node_id = meta["node_id"]
             w.pid = meta["pid"]
             self._mux.add(wid, w.actor, w.node_id)
+
+    def _reap(self, events: list[Event]) -> None:
+        """Remove the placement groups that dead workers' WorkerGroups left behind."""
+        dead = [
+            self._workers[e.rank].actor_id
+            for e in events
+            if isinstance(e, WorkerDiedEvent) and e.rank in self._workers
+        ]
+        if dead:
+            remove_placement_groups_of(dead)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -155,6 +155,10 @@ class TuneConfig(BaseModel):
             (``{"CPU": 0}`` or a number, meaning CPUs).
         points_to_evaluate: Configs (flat param names -> values) to try first.
         fail_fast: Stop the sweep and raise at the first trial error (after retries).
+        health_check_timeout_s: A trial's actor that does not answer its health check
+            for this many seconds is declared hung, killed and its trial fails
+            (retried per ``FailureConfig``). Default 30 s (as Train's workers): a busy
+            machine can delay a healthy actor's answer by several seconds.
 
     Example:
         >>> tune.TuneConfig(metric="loss", mode="min", num_samples=50,
@@ -175,6 +179,7 @@ class TuneConfig(BaseModel):
     trial_resources: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
     points_to_evaluate: list[dict[str, Any]] | None = None
     fail_fast: bool = False
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
 
     @field_validator("mode", mode="before")
     @classmethod

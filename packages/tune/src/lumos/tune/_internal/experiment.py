@@ -283,12 +283,37 @@ def _restore_unfinished(
     _delete_uncommitted_checkpoints(trial_storage)
 
 
-def _delete_uncommitted_checkpoints(trial_storage: RunStorage) -> None:
-    """Remove ``checkpoint_*`` uploads no state names (nested runs' directories are kept)."""
+def _delete_uncommitted_checkpoints(trial_storage: RunStorage) -> list[str]:
+    """Remove ``checkpoint_*`` uploads no state names; return the names removed.
+
+    Never removes a nested run's directory (a Train run in the trial writes to
+    ``<trial_dir>/train/`` by default, or any name its ``RunConfig`` gives): every
+    directory holding a ``_lumos/`` folder is a run and is reserved, whatever its
+    name. Other non-checkpoint directories (user files) are kept too.
+    """
     try:
         leftovers = trial_storage.list_uncommitted()
     except FileNotFoundError:
-        return
-    keep = [name for name in leftovers if not name.startswith("checkpoint_")]
-    if len(keep) != len(leftovers):
-        trial_storage.delete_uncommitted(reserved=keep)
+        return []
+    nested = set(nested_run_dirs(trial_storage, leftovers))
+    keep = [name for name in leftovers if name in nested or not name.startswith("checkpoint_")]
+    if len(keep) == len(leftovers):
+        return []
+    return trial_storage.delete_uncommitted(reserved=keep)
+
+
+def nested_run_dirs(storage: RunStorage, names: list[str]) -> list[str]:
+    """The ``names`` (top-level directories of ``storage``) that are runs themselves.
+
+    A run is a directory with a ``_lumos/`` state folder (see ``RunStorage.state_dir``).
+    """
+    out: list[str] = []
+    for name in names:
+        child = storage.child(name)
+        try:
+            if child.fs.isdir(child.state_dir):
+                out.append(name)
+        except OSError:
+            # Unknown: keep it (deleting a nested run loses its checkpoints).
+            out.append(name)
+    return out

@@ -117,7 +117,7 @@ class Tuner:
             return self._pool_factory(resources)
         from lumos.runtime import WorkerPool
 
-        return WorkerPool(resources)
+        return WorkerPool(resources, health_check_timeout_s=self.tune_config.health_check_timeout_s)
 
     def fit(self) -> ResultGrid:
         """Run the sweep (or resume it) and return every trial's result.
