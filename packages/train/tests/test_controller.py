@@ -414,3 +414,68 @@ def test_ctrl_c_aborts_and_the_next_fit_resumes(tmp_path: Path) -> None:
     result = make(train_fns.checkpointing_loop, config, tmp_path, cluster).fit()
     assert result.metrics["step"] == 4
     assert result.metrics["start"] == 3
+
+
+@pytest.mark.parametrize("then", ["raise", "stop"])
+def test_an_ended_run_removes_its_uncommitted_upload_and_keeps_committed_ones(
+    tmp_path: Path, then: str
+) -> None:
+    # ISSUE6 F1: a failed or pruned run (never resumed) must not leave checkpoint_2 behind
+    config = {"key": f"{tmp_path}:{then}", "then": then}
+    uploaded = train_fns.EVENTS[config["key"] + ":uploaded"] = threading.Event()
+    stop = train_fns.EVENTS[config["key"] + ":stop"] = threading.Event()
+    trainer = train.DataParallelTrainer(
+        train_fns.upload_then_end,
+        train_loop_config=config,
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(verbose=False),
+    )
+    cluster = FakeCluster()
+    trainer._group_factory = cluster.start
+    expected: type[BaseException] = train.TrainingFailedError if then == "raise" else KeyError
+    with running(_ctx(tmp_path, lambda m: None, stop)), pytest.raises(expected):
+        trainer.fit()
+    assert cluster.groups[0].closed
+    assert uploaded.is_set()
+    storage = RunStorage(tmp_path / "trial_0", "train")
+    state = storage.load_state()
+    assert state is not None
+    assert state.status == ("errored" if then == "raise" else "aborted")
+    assert storage.list_uncommitted() == []
+    assert state.checkpoint_names() == ["checkpoint_0", "checkpoint_1"]
+    on_disk = sorted(p.name for p in Path(storage.run_path).iterdir() if p.name != "_lumos")
+    assert on_disk == ["checkpoint_0", "checkpoint_1"]
+
+
+def test_a_storage_error_while_removing_leftovers_does_not_hide_the_runs_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(self: RunStorage, reserved: Any = ()) -> list[str]:
+        raise OSError("storage unreachable")
+
+    monkeypatch.setattr(RunStorage, "delete_uncommitted", broken)
+    config = {"key": str(tmp_path), "then": "raise"}
+    train_fns.EVENTS[config["key"] + ":uploaded"] = threading.Event()
+    trainer = make(train_fns.upload_then_end, config, tmp_path, FakeCluster(), verbose=True)
+    with pytest.raises(train.TrainingFailedError, match="rank 1 fails"):
+        trainer.fit()
+    assert "cleanup step failed: OSError: storage unreachable" in capsys.readouterr().err
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert state.status == "errored"
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_waiting_for_resources_reaches_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verbose: bool
+) -> None:
+    # ISSUE6 F2: the runtime's on_waiting line is printed as a Train state line
+    line = "waiting for resources: 0 of 2 worker(s) started; free in the cluster now: CPU=0"
+    cluster = FakeCluster(waiting_messages=[line])
+    make(train_fns.metrics_only_loop, {"n": 1}, tmp_path, cluster, verbose=verbose).fit()
+    err = capsys.readouterr().err
+    if verbose:
+        assert f"[lumos.train] {line}\n" in err
+        assert err.index(line) < err.index("started 2 worker(s)")
+    else:
+        assert line not in err

@@ -246,3 +246,48 @@ def test_parent_job_stop_leaves_no_actors_or_placement_groups(tmp_path: Path) ->
     assert seen == [0, 1, 2]
     assert (tmp_path / "trial_7" / "train" / "_lumos" / "run_state.json").exists()
     # the no_leaks fixture then checks that no actor or placement group is left
+
+
+def test_a_run_that_waits_for_resources_says_so_on_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ISSUE6 F2: 3 of the 4 CPUs are held by another placement group until the run has
+    # printed why it waits; then they are released and the run starts and finishes.
+    import logging
+    import threading
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    blocker = placement_group([{"CPU": 3}])
+    ray.get(blocker.ready(), timeout=60)
+    printed = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for resources" in record.getMessage():
+                printed.set()
+
+    def release() -> None:
+        printed.wait(60)
+        remove_placement_group(blocker)
+
+    seen = Seen()
+    logging.getLogger("lumos.train").addHandler(seen)
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    try:
+        result = train.DataParallelTrainer(
+            train_fns.metrics_only_loop,
+            train_loop_config={"n": 1},
+            scaling_config=train.ScalingConfig(num_workers=2),
+            run_config=run_config(tmp_path, "waits", verbose=True),
+        ).fit()
+    finally:
+        logging.getLogger("lumos.train").removeHandler(seen)
+        printed.set()
+        releaser.join(60)
+    assert result.metrics["i"] == 0
+    err = capsys.readouterr().err
+    assert "[lumos.train] waiting for resources: 0 of 2 worker(s) started" in err
+    assert err.index("waiting for resources") < err.index("started 2 worker(s)")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from lumos import train
@@ -162,3 +165,50 @@ def uneven_checkpoints(config: dict[str, Any]) -> None:
     if train.get_context().get_world_rank() == 0:
         time.sleep(0.2)
         train.report({"x": 1}, checkpoint=_save(0))
+
+
+class _SignalAfterUpload(train.Checkpoint):
+    """A local checkpoint that sets ``event`` once train.report() has persisted it."""
+
+    def __init__(self, path: str, event: threading.Event) -> None:
+        super().__init__(path)
+        self._event = event
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        with super().as_directory() as d:
+            yield d
+        self._event.set()
+
+
+# In-process events for the fake worker group's threads (configs must pickle).
+EVENTS: dict[str, threading.Event] = {}
+
+
+def upload_then_end(config: dict[str, Any]) -> None:
+    """Two committed checkpoints; then rank 0 uploads ``checkpoint_2`` and waits for its
+    commit while rank 1, once that upload is on storage, ends the run without reporting it.
+
+    In-process only (fake worker group): ``EVENTS[config["key"] + ":uploaded"]`` is set
+    after the upload; ``config["then"]`` is ``"raise"`` (rank 1 fails) or ``"stop"``
+    (rank 1 sets the parent job's stop event ``EVENTS[key + ":stop"]`` and waits to be
+    stopped).
+    """
+    from lumos.runtime import worker
+
+    for step in range(2):
+        train.report({"step": step}, checkpoint=_save(step))
+    uploaded = EVENTS[config["key"] + ":uploaded"]
+    if train.get_context().get_world_rank() == 0:
+        ckpt = _save(2)
+        train.report({"step": 2}, checkpoint=_SignalAfterUpload(ckpt.path, uploaded))
+        return
+    if not uploaded.wait(60):
+        raise TimeoutError("rank 0 never uploaded checkpoint_2")
+    if config["then"] == "raise":
+        raise ValueError("rank 1 fails while rank 0's checkpoint is not committed")
+    EVENTS[config["key"] + ":stop"].set()
+    session = worker.get_session()
+    assert session is not None
+    session.stop_event.wait(60)
+    train.report({"step": 2})  # raises StopRequested: the controller stopped this worker

@@ -8,10 +8,22 @@ import sys
 logger = logging.getLogger("lumos.train")
 
 
+class _StderrHandler(logging.Handler):
+    """Writes to the *current* ``sys.stderr`` (which notebooks and pytest replace)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
 def _ensure_handler() -> None:
-    if logger.handlers:
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("[lumos.train] %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

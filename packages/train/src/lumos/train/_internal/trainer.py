@@ -249,8 +249,8 @@ def _ensure_ray() -> None:
         ray.init()
 
 
-def _start_ray_group(spec: WorkerGroupSpec) -> Any:
+def _start_ray_group(spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None) -> Any:
     from lumos.runtime import WorkerGroup
 
     _ensure_ray()
-    return WorkerGroup.start(spec)
+    return WorkerGroup.start(spec, on_waiting=on_waiting)

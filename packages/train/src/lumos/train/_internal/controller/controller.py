@@ -87,7 +87,16 @@ class WorkerGroupLike(Protocol):
     def shutdown(self, grace_period_s: float = 5.0) -> None: ...
 
 
-GroupFactory = Callable[[WorkerGroupSpec], WorkerGroupLike]
+class GroupFactory(Protocol):
+    """Starts a worker group: ``WorkerGroup.start`` or a fake's ``start``.
+
+    ``on_waiting`` gets a one-line "waiting for resources: ..." message while the
+    group cannot be placed yet.
+    """
+
+    def __call__(
+        self, spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None
+    ) -> WorkerGroupLike: ...
 
 
 @dataclass
@@ -257,7 +266,7 @@ class TrainController:
                     health_check_timeout_s=self.spec.health_check_timeout_s,
                 )
                 t0 = time.monotonic()
-                self.group = self.group_factory(spec)
+                self.group = self.group_factory(spec, on_waiting=self.console.info)
                 self.console.info(
                     f"started {num} worker(s) in {time.monotonic() - t0:.1f} s "
                     f"({self._describe_nodes()})"
@@ -390,11 +399,17 @@ class TrainController:
 
     def _finalize(self, state: ControllerState) -> Result:
         """Release the workers, record the outcome, call on_finish; return or raise."""
-        self._shutdown_group()
+        released = self._shutdown_group()
         if isinstance(state, FinishedState):
             for cb in self.callbacks:
                 cb.on_finish(state.result, None)
             return state.result
+        if released:
+            # An aborted or failed run may leave a checkpoint upload that never committed
+            # (e.g. a Tune trial pruned while its ranks upload). No rank can write any more,
+            # and such a run may never be resumed (where restore would clean up), so remove
+            # it now; committed checkpoints are named in the run state and always kept.
+            self._safe(self._delete_uncommitted)
         error: BaseException
         if isinstance(state, ErroredState):
             error = state.error
@@ -634,10 +649,22 @@ class TrainController:
     def _record_error(self, exc: BaseException) -> None:
         self.console.info(f"{type(exc).__name__}: {exc}")
 
-    def _shutdown_group(self) -> None:
+    def _shutdown_group(self) -> bool:
+        """Shut the group down (if any); False when that raised (workers may still run)."""
         group, self.group = self.group, None
-        if group is not None:
-            self._safe(lambda: group.shutdown(self.settings.shutdown_grace_s))
+        if group is None:
+            return True
+        try:
+            group.shutdown(self.settings.shutdown_grace_s)
+        except Exception as exc:  # cleanup must not hide the run's own error
+            self.console.warning(f"cleanup step failed: {type(exc).__name__}: {exc}")
+            return False
+        return True
+
+    def _delete_uncommitted(self) -> None:
+        removed = self.storage.delete_uncommitted()
+        if removed:
+            self.console.info(f"removed unfinished checkpoint upload(s) {removed}")
 
     def _safe(self, fn: Callable[[], Any]) -> None:
         try:
