@@ -67,3 +67,36 @@ def test_num_to_keep_must_be_positive(bad: int) -> None:
 def test_score_order_is_checked() -> None:
     with pytest.raises(ValidationError, match="score_order"):
         RetentionPolicy(num_to_keep=1, score_order="best")  # type: ignore[arg-type]
+
+
+def test_checkpoint_config_maps_to_retention_policy() -> None:
+    from lumos.storage import CheckpointConfig, RetentionPolicy
+
+    config = CheckpointConfig(
+        num_to_keep=2, checkpoint_score_attribute="loss", checkpoint_score_order="min"
+    )
+    assert config.retention() == RetentionPolicy(
+        num_to_keep=2, score_attribute="loss", score_order="min"
+    )
+    assert CheckpointConfig().retention().num_to_keep is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"num_to_keep": 0}, ["num_to_keep", "0", "greater than or equal to 1"]),
+        ({"checkpoint_score_order": "best"}, ["checkpoint_score_order", "best", "'max' or 'min'"]),
+        ({"keep": 3}, ["keep", "Extra inputs are not permitted"]),
+    ],
+)
+def test_checkpoint_config_rejects_bad_values(
+    kwargs: dict[str, object], expected: list[str]
+) -> None:
+    from pydantic import ValidationError
+
+    from lumos.storage import CheckpointConfig
+
+    with pytest.raises(ValidationError) as info:
+        CheckpointConfig(**kwargs)  # type: ignore[arg-type]
+    for part in expected:
+        assert part in str(info.value)

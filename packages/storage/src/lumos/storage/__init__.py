@@ -22,7 +22,7 @@ from lumos.storage._internal.errors import (
 from lumos.storage._internal.filesystem import resolve_filesystem
 from lumos.storage._internal.lease import Lease
 from lumos.storage._internal.names import validate_name
-from lumos.storage._internal.retention import RetentionPolicy
+from lumos.storage._internal.retention import CheckpointConfig, RetentionPolicy
 from lumos.storage._internal.run_storage import RunStorage
 from lumos.storage._internal.state import AttemptRecord, CheckpointRecord, RunState
 from lumos.storage._version import __version__
@@ -30,6 +30,7 @@ from lumos.storage._version import __version__
 __all__ = [
     "AttemptRecord",
     "Checkpoint",
+    "CheckpointConfig",
     "CheckpointRecord",
     "InvalidNameError",
     "Lease",

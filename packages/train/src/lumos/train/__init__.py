@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 from lumos.train._version import __version__
 
 if TYPE_CHECKING:
-    from lumos.storage import Checkpoint
+    from lumos.storage import Checkpoint, CheckpointConfig
     from lumos.train._internal.api import get_checkpoint, get_context, report
     from lumos.train._internal.callback import Callback
     from lumos.train._internal.config import (
-        CheckpointConfig,
         FailureConfig,
         RunConfig,
         ScalingConfig,
@@ -46,7 +45,7 @@ _LAZY: dict[str, str] = {
     "get_context": "lumos.train._internal.api",
     "report": "lumos.train._internal.api",
     "Callback": "lumos.train._internal.callback",
-    "CheckpointConfig": "lumos.train._internal.config",
+    "CheckpointConfig": "lumos.storage",
     "FailureConfig": "lumos.train._internal.config",
     "RunConfig": "lumos.train._internal.config",
     "ScalingConfig": "lumos.train._internal.config",

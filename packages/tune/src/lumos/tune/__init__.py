@@ -24,14 +24,14 @@ Example:
 
 from __future__ import annotations
 
-from lumos.storage import Checkpoint
+from lumos.storage import Checkpoint, CheckpointConfig
 from lumos.tune._internal.callbacks import (
     Callback,
     CSVLoggerCallback,
     JSONLoggerCallback,
     TBXLoggerCallback,
 )
-from lumos.tune._internal.config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from lumos.tune._internal.config import FailureConfig, RunConfig, TuneConfig
 from lumos.tune._internal.errors import (
     MetricNotReportedError,
     SearchSpaceError,

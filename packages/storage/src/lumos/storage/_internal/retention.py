@@ -77,3 +77,38 @@ class RetentionPolicy(BaseModel):
             for i, r in enumerate(records)
             if i not in keep and (latest_name is None or r.dir_name != latest_name)
         ]
+
+
+class CheckpointConfig(BaseModel):
+    """Which committed checkpoints of a run to keep (``lumos.train`` and ``lumos.tune`` share it).
+
+    The latest checkpoint is always kept as well, since a restart resumes from it.
+
+    Args:
+        num_to_keep: Keep at most this many checkpoints (plus the latest when it is
+            not among them); at least 1. ``None`` keeps all.
+        checkpoint_score_attribute: Metric of the report that ranks checkpoints;
+            without it the most recent ones are kept.
+        checkpoint_score_order: ``"max"`` (default) or ``"min"``: which end of the
+            score is best.
+
+    Example:
+        >>> config = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
+        ...                           checkpoint_score_order="min")
+        >>> config.retention().score_order
+        'min'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_to_keep: int | None = Field(default=None, ge=1)
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+    def retention(self) -> RetentionPolicy:
+        """The storage retention policy this config means."""
+        return RetentionPolicy(
+            num_to_keep=self.num_to_keep,
+            score_attribute=self.checkpoint_score_attribute,
+            score_order=self.checkpoint_score_order,
+        )

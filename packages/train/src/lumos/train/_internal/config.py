@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lumos.storage import CheckpointConfig
 from lumos.train._internal.callback import Callback
 
 if TYPE_CHECKING:
@@ -114,30 +115,6 @@ class FailureConfig(_Config):
                 "0 (no retries) or a positive number of retries"
             )
         return value
-
-
-class CheckpointConfig(_Config):
-    """Which committed checkpoints to keep.
-
-    The latest checkpoint is always kept (training resumes from it).
-
-    Args:
-        num_to_keep: keep at most this many checkpoints (plus the latest when
-            it is not among them). ``None`` keeps all.
-        checkpoint_score_attribute: metric of the report that ranks
-            checkpoints; without it the most recent ones are kept.
-        checkpoint_score_order: ``"max"`` (default) or ``"min"``: which end
-            of the score is best.
-
-    Example:
-        >>> CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
-        ...                  checkpoint_score_order="min").num_to_keep
-        2
-    """
-
-    num_to_keep: int | None = Field(default=None, ge=1)
-    checkpoint_score_attribute: str | None = None
-    checkpoint_score_order: Literal["max", "min"] = "max"
 
 
 class RunConfig(_Config):

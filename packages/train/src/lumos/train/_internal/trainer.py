@@ -10,7 +10,7 @@ from typing import Any
 
 from lumos.runtime import FailurePolicy, WorkerGroupSpec
 from lumos.runtime import context as job_context
-from lumos.storage import RetentionPolicy, RunState, RunStorage
+from lumos.storage import RunState, RunStorage
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.config import DEFAULT_STORAGE_PATH, RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
@@ -213,15 +213,7 @@ class DataParallelTrainer:
             env_vars=self._env_vars(),
             health_check_timeout_s=fc.health_check_timeout_s,
         )
-        retention = (
-            RetentionPolicy(
-                num_to_keep=cc.num_to_keep,
-                score_attribute=cc.checkpoint_score_attribute,
-                score_order=cc.checkpoint_score_order,
-            )
-            if cc.num_to_keep is not None
-            else None
-        )
+        retention = cc.retention() if cc.num_to_keep is not None else None
         return TrainController(
             train_fn=self.train_loop_per_worker,
             config=self.train_loop_config,

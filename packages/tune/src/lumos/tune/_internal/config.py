@@ -9,7 +9,7 @@ import optuna
 from fsspec import AbstractFileSystem
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lumos.storage import RetentionPolicy, validate_name
+from lumos.storage import CheckpointConfig, validate_name
 
 if TYPE_CHECKING:
     from lumos.tune._internal.callbacks import Callback
@@ -37,34 +37,6 @@ class FailureConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_failures: int = Field(default=0, ge=-1)
-
-
-class CheckpointConfig(BaseModel):
-    """Which checkpoints of each trial to keep.
-
-    Args:
-        num_to_keep: Checkpoints kept per trial (None: all). The latest is always kept.
-        checkpoint_score_attribute: Metric that ranks checkpoints (keeps the best ones).
-        checkpoint_score_order: ``"max"`` or ``"min"``.
-
-    Example:
-        >>> tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss",
-        ...                       checkpoint_score_order="min")
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    num_to_keep: int | None = Field(default=None, ge=1)
-    checkpoint_score_attribute: str | None = None
-    checkpoint_score_order: Mode = "max"
-
-    def retention(self) -> RetentionPolicy:
-        """The storage retention policy this config means."""
-        return RetentionPolicy(
-            num_to_keep=self.num_to_keep,
-            score_attribute=self.checkpoint_score_attribute,
-            score_order=self.checkpoint_score_order,
-        )
 
 
 class RunConfig(BaseModel):
