@@ -23,9 +23,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Any, TypeVar, Union
 
+from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import (
     LumosRuntimeError,
     RemoteError,
@@ -101,7 +101,7 @@ def _thread_main(
         set_thread_session(None)
 
 
-class _FakeWorkers:
+class _FakeWorkers(ShutsDownOnExit):
     """Threads + sessions + a shared event queue; the base of both fakes."""
 
     def __init__(self) -> None:
@@ -387,17 +387,6 @@ class FakeWorkerGroup(_FakeWorkers):
         if self.closed:
             raise WorkerGroupError({}, "the worker group was shut down")
 
-    def __enter__(self) -> FakeWorkerGroup:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown(grace_period_s=0.0 if exc is not None else 5.0)
-
 
 StartAction = Union[None, BaseException, Callable[[FakeWorkerGroup], None]]  # noqa: UP007
 """One scripted outcome of ``FakeCluster.start``: ``None`` (plain start), an exception
@@ -562,17 +551,6 @@ class FakeWorkerPool(_FakeWorkers):
     def _check_open(self) -> None:
         if self.closed:
             raise LumosRuntimeError("the worker pool was shut down")
-
-    def __enter__(self) -> FakeWorkerPool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown(grace_period_s=0.0 if exc is not None else 5.0)
 
 
 # -- helpers for tests on a real Ray cluster --------------------------------------------

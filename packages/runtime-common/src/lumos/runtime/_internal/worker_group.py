@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import ray
@@ -18,6 +17,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY, WorkerActor
+from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import RemoteError, WorkerGroupError, WorkerGroupStartError
 from lumos.runtime._internal.events import Event
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
@@ -143,7 +143,7 @@ def remote_error_from_ray(exc: BaseException, rank: int) -> RemoteError:
     return RemoteError.from_exception(exc, rank=rank)
 
 
-class WorkerGroup:
+class WorkerGroup(ShutsDownOnExit):
     """N worker actors in a placement group, one per rank; owner side.
 
     Create it with ``WorkerGroup.start(spec)``. Use it as a context manager so the
@@ -443,25 +443,6 @@ class WorkerGroup:
             if self._pg is not None:
                 _remove_pg(self._pg)
                 self._pg = None
-
-    def __enter__(self) -> WorkerGroup:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown(grace_period_s=0.0 if exc is not None else 5.0)
-
-    def __del__(self) -> None:
-        # Last resort when the owner forgot shutdown(); never raise from a finalizer.
-        if not getattr(self, "_closed", True) and ray.is_initialized():
-            try:
-                self.shutdown(grace_period_s=0.0)
-            except Exception:
-                pass
 
     # -- helpers ----------------------------------------------------------------------
     @property

@@ -6,13 +6,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY
+from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import LumosRuntimeError
 from lumos.runtime._internal.events import Event, WorkerDiedEvent
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
@@ -39,7 +39,7 @@ class _PoolWorker:
     actor_id: str | None = None
 
 
-class WorkerPool:
+class WorkerPool(ShutsDownOnExit):
     """Independent worker actors that run one function at a time each; owner side.
 
     Workers are placed by Ray (no placement group) and reused across launches: the
@@ -226,24 +226,6 @@ class WorkerPool:
             self._workers.clear()
             self._mux.clear()
             self._fn_cache.clear()
-
-    def __enter__(self) -> WorkerPool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown(grace_period_s=0.0 if exc is not None else 5.0)
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and ray.is_initialized():
-            try:
-                self.shutdown(grace_period_s=0.0)
-            except Exception:
-                pass
 
     # -- helpers ----------------------------------------------------------------------
     def _worker(self, worker_id: int) -> _PoolWorker:
