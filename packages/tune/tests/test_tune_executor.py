@@ -97,3 +97,38 @@ def test_user_errors_carry_the_remote_traceback(tmp_path: Any) -> None:
     assert "missing-key" in event.error.traceback
     assert "trainable" in event.error.traceback
     ex.shutdown(grace_period_s=0)
+
+
+def test_an_optuna_trial_pruned_raised_by_the_user_ends_the_trial_pruned(tmp_path: Any) -> None:
+    import optuna
+
+    def trainable(config: dict[str, Any]) -> None:
+        tune.report({"loss": 1.0})
+        raise optuna.TrialPruned("the user's own pruning")
+
+    pool = FakeWorkerPool({"CPU": 1.0}, capacity=1)
+    ex = PoolExecutor(pool, runner(trainable, tmp_path))
+    ex.start(spec(0))
+    events = drain(ex, until=1)
+    assert [e for e in events if isinstance(e, Finished)] == [
+        Finished("00000", pruned=True, message="the user's own pruning")
+    ]
+    ex.shutdown(grace_period_s=0)
+
+
+def test_the_trial_side_does_not_import_optuna() -> None:
+    # A fresh trial actor unpickles TrialRunner and runs tune.report: neither needs
+    # optuna (about 0.1 s of CPU per actor), until a trial is pruned.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from lumos import tune\n"
+        "from lumos.tune._internal.session import TrialRunner\n"
+        "assert callable(tune.report) and callable(tune.get_checkpoint)\n"
+        "assert 'optuna' not in sys.modules, 'optuna was imported'\n"
+        "tune.TrialPruned\n"
+        "assert 'optuna' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -17,6 +17,7 @@ from lumos.runtime import (
     LumosRuntimeError,
     ReportEvent,
     WorkerDiedEvent,
+    WorkerHungEvent,
     WorkerPool,
     worker,
 )
@@ -226,3 +227,63 @@ def test_driver_group_placement_group_is_named_after_driver() -> None:
         assert group.placement_group is not None
         name = ray.util.placement_group_table(group.placement_group)["name"]
         assert name.startswith("lumos-wg-driver-")
+
+
+def emit_steps(n: int) -> int:
+    session = worker.get_session()
+    assert session is not None
+    for step in range(n):
+        session.emit(step)
+    return os.getpid()
+
+
+def test_short_runs_back_to_back_keep_their_events_in_order() -> None:
+    # After its first run a worker has the function and sits idle with no poll call
+    # outstanding, so each later launch brings its events back in its own reply.
+    with WorkerPool({"CPU": 1}) as pool:
+        wid = pool.add_worker()
+        for run in range(20):
+            steps = run % 4
+            pool.launch(wid, emit_steps, args=(steps,))
+            events = _poll_until(pool, _ended(1))
+            assert [e.payload for e in events if isinstance(e, ReportEvent)] == list(range(steps))
+            assert isinstance(events[-1], FinishedEvent), events
+        # A long run launched the same way still takes messages and a stop.
+        pool.launch(wid, echo_twice)
+        pool.send(wid, "a")
+        pool.send(wid, "b")
+        events = _poll_until(pool, _ended(1))
+        assert [e.result for e in events if isinstance(e, FinishedEvent)] == [["a", "b"]]
+        pool.launch(wid, wait_for_stop)
+        time.sleep(0.3)  # longer than the idle window: a plain poll call is outstanding
+        pool.request_stop(wid)
+        events = _poll_until(pool, _ended(1))
+        assert [(e.rank, e.stopped) for e in events if isinstance(e, FinishedEvent)] == [
+            (wid, True)
+        ]
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
+def test_idle_worker_that_dies_or_hangs_is_noticed(sig: str) -> None:
+    import signal
+
+    with WorkerPool({"CPU": 1}, health_check_timeout_s=1.0) as pool:
+        wid = pool.add_worker()
+        pool.launch(wid, emit_steps, args=(1,))
+        events = _poll_until(pool, _ended(1))
+        pid = next(e.result for e in events if isinstance(e, FinishedEvent))
+        os.kill(pid, getattr(signal, sig))  # the worker is idle: no function runs
+        try:
+            started = time.monotonic()
+            events = _poll_until(
+                pool,
+                lambda evs: any(isinstance(e, (WorkerDiedEvent, WorkerHungEvent)) for e in evs),
+                30,
+            )
+            kind = WorkerDiedEvent if sig == "SIGKILL" else WorkerHungEvent
+            assert [(type(e), e.rank) for e in events] == [(kind, wid)]
+            assert time.monotonic() - started < 10.0
+        finally:
+            if sig == "SIGSTOP":
+                os.kill(pid, signal.SIGCONT)
+        pool.remove_worker(wid)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lumos.train._internal.lazy import lazy_attributes
+from lumos.runtime._internal.lazy import lazy_attributes
 from lumos.train._version import __version__
 
 if TYPE_CHECKING:

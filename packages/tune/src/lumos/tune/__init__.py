@@ -24,39 +24,82 @@ Example:
 
 from __future__ import annotations
 
-from lumos.storage import Checkpoint, CheckpointConfig
-from lumos.tune._internal.callbacks import (
-    Callback,
-    CSVLoggerCallback,
-    JSONLoggerCallback,
-    TBXLoggerCallback,
-)
-from lumos.tune._internal.config import FailureConfig, RunConfig, TuneConfig
-from lumos.tune._internal.errors import (
-    MetricNotReportedError,
-    SearchSpaceError,
-    TrialError,
-    TrialPruned,
-    TuneError,
-    TuneFailedError,
-)
-from lumos.tune._internal.result import Result, ResultGrid
-from lumos.tune._internal.search_space import (
-    choice,
-    grid_search,
-    lograndint,
-    loguniform,
-    qloguniform,
-    qrandint,
-    quniform,
-    randint,
-    uniform,
-)
-from lumos.tune._internal.session import TrialContext, get_checkpoint, get_context, report
-from lumos.tune._internal.study import export_study_journal, load_study
-from lumos.tune._internal.trial import Trial, TrialStatus
-from lumos.tune._internal.tuner import Tuner
+from typing import TYPE_CHECKING
+
+from lumos.runtime._internal.lazy import lazy_attributes
 from lumos.tune._version import __version__
+
+if TYPE_CHECKING:
+    from lumos.storage import Checkpoint, CheckpointConfig
+    from lumos.tune._internal.callbacks import (
+        Callback,
+        CSVLoggerCallback,
+        JSONLoggerCallback,
+        TBXLoggerCallback,
+    )
+    from lumos.tune._internal.config import FailureConfig, RunConfig, TuneConfig
+    from lumos.tune._internal.errors import (
+        MetricNotReportedError,
+        SearchSpaceError,
+        TrialError,
+        TrialPruned,
+        TuneError,
+        TuneFailedError,
+    )
+    from lumos.tune._internal.result import Result, ResultGrid
+    from lumos.tune._internal.search_space import (
+        choice,
+        grid_search,
+        lograndint,
+        loguniform,
+        qloguniform,
+        qrandint,
+        quniform,
+        randint,
+        uniform,
+    )
+    from lumos.tune._internal.session import TrialContext, get_checkpoint, get_context, report
+    from lumos.tune._internal.study import export_study_journal, load_study
+    from lumos.tune._internal.trial import Trial, TrialStatus
+    from lumos.tune._internal.tuner import Tuner
+
+_LAZY: dict[str, str] = {
+    "Checkpoint": "lumos.storage",
+    "CheckpointConfig": "lumos.storage",
+    "Callback": "lumos.tune._internal.callbacks",
+    "CSVLoggerCallback": "lumos.tune._internal.callbacks",
+    "JSONLoggerCallback": "lumos.tune._internal.callbacks",
+    "TBXLoggerCallback": "lumos.tune._internal.callbacks",
+    "FailureConfig": "lumos.tune._internal.config",
+    "RunConfig": "lumos.tune._internal.config",
+    "TuneConfig": "lumos.tune._internal.config",
+    "MetricNotReportedError": "lumos.tune._internal.errors",
+    "SearchSpaceError": "lumos.tune._internal.errors",
+    "TrialError": "lumos.tune._internal.errors",
+    "TrialPruned": "lumos.tune._internal.errors",
+    "TuneError": "lumos.tune._internal.errors",
+    "TuneFailedError": "lumos.tune._internal.errors",
+    "Result": "lumos.tune._internal.result",
+    "ResultGrid": "lumos.tune._internal.result",
+    "choice": "lumos.tune._internal.search_space",
+    "grid_search": "lumos.tune._internal.search_space",
+    "lograndint": "lumos.tune._internal.search_space",
+    "loguniform": "lumos.tune._internal.search_space",
+    "qloguniform": "lumos.tune._internal.search_space",
+    "qrandint": "lumos.tune._internal.search_space",
+    "quniform": "lumos.tune._internal.search_space",
+    "randint": "lumos.tune._internal.search_space",
+    "uniform": "lumos.tune._internal.search_space",
+    "TrialContext": "lumos.tune._internal.session",
+    "get_checkpoint": "lumos.tune._internal.session",
+    "get_context": "lumos.tune._internal.session",
+    "report": "lumos.tune._internal.session",
+    "export_study_journal": "lumos.tune._internal.study",
+    "load_study": "lumos.tune._internal.study",
+    "Trial": "lumos.tune._internal.trial",
+    "TrialStatus": "lumos.tune._internal.trial",
+    "Tuner": "lumos.tune._internal.tuner",
+}
 
 __all__ = [
     "CSVLoggerCallback",
@@ -96,3 +139,6 @@ __all__ = [
     "report",
     "uniform",
 ]
+
+
+__getattr__, __dir__ = lazy_attributes("lumos.tune", _LAZY, globals(), __all__)

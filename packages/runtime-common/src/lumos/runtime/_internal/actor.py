@@ -182,6 +182,25 @@ class WorkerActor:
         self._thread = thread
         thread.start()
 
+    def launch_poll(
+        self,
+        seq: int,
+        fn_key: str,
+        fn_box: list[Any],
+        args_box: list[Any],
+        session_info: dict[str, Any] | None,
+        max_wait_s: float,
+    ) -> bytes:
+        """``launch`` then ``poll`` in one call: a short function's events come back in
+        the reply (one round trip per run).
+
+        The owner calls it only while no ``poll`` call of its own is outstanding, so this
+        call is the only reader of the outbox until it returns.
+        """
+        started = time.monotonic()
+        self.launch(seq, fn_key, fn_box, args_box, None, None, session_info)
+        return self.poll(max(0.0, max_wait_s - (time.monotonic() - started)))
+
     def deliver(self, seq: int, value: Any) -> None:
         """Put ``value`` into the running session's inbox."""
 

@@ -4,6 +4,11 @@ Shared by WorkerGroup and WorkerPool. A reply is a pickled batch of raw events; 
 pending call that errors because the actor died becomes ``WorkerDiedEvent`` at once;
 a call that does not return within ``max_wait_s + health_check_timeout_s`` becomes
 ``WorkerHungEvent``.
+
+With ``park_idle_s`` (WorkerPool), a worker whose function ended (FINISHED or ERROR)
+is *parked*: no poll call is issued to it for up to ``park_idle_s``, so that the next
+launch can carry its own poll (``adopt``) and a short run costs one round trip. After
+``park_idle_s`` an idle worker is polled again, so its death is still noticed.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class _Channel:
     issued_at: float = 0.0
     failed: bool = False
     hung: bool = False
+    parked_at: float | None = None  # idle, not polled since then (see ``park_idle_s``)
 
 
 def describe_actor_error(exc: BaseException) -> str:
@@ -79,15 +85,43 @@ class EventMultiplexer:
     """Waits on all workers' long-poll calls at once."""
 
     def __init__(
-        self, health_check_timeout_s: float, on_collective: CollectiveHandler | None = None
+        self,
+        health_check_timeout_s: float,
+        on_collective: CollectiveHandler | None = None,
+        park_idle_s: float = 0.0,
     ):
         self.health_check_timeout_s = health_check_timeout_s
         self.max_wait_s = long_poll_wait_s(health_check_timeout_s)
         self.on_collective = on_collective
+        self.park_idle_s = park_idle_s
         self._channels: dict[int, _Channel] = {}
 
     def add(self, key: int, actor: Any, node_id: str | None) -> None:
-        self._channels[key] = _Channel(key, actor, node_id)
+        ch = _Channel(key, actor, node_id)
+        if self.park_idle_s > 0:
+            ch.parked_at = time.monotonic()  # a new worker runs nothing yet
+        self._channels[key] = ch
+
+    def parked(self, key: int) -> bool:
+        """True when the worker is idle and no poll call is outstanding to it."""
+        ch = self._channels.get(key)
+        return ch is not None and not ch.failed and ch.pending is None and ch.parked_at is not None
+
+    def unpark(self, key: int) -> None:
+        """Poll the worker again from the next ``poll`` on (it was given work)."""
+        ch = self._channels.get(key)
+        if ch is not None:
+            ch.parked_at = None
+
+    def adopt(self, key: int, ref: Any) -> None:
+        """Use ``ref`` (a call that returns an event batch, like ``poll``) as the
+        worker's outstanding poll; only for a ``parked`` worker."""
+        ch = self._channels[key]
+        if not self.parked(key):
+            raise RuntimeError(f"worker {key} has a poll call outstanding; it cannot adopt one")
+        ch.pending = ref
+        ch.issued_at = time.monotonic()
+        ch.parked_at = None
 
     def remove(self, key: int) -> None:
         self._channels.pop(key, None)
@@ -118,19 +152,32 @@ class EventMultiplexer:
         while True:
             now = time.monotonic()
             live = [c for c in self._channels.values() if not c.failed]
+            unpark_at = float("inf")
             for ch in live:
                 if ch.pending is None:
+                    if ch.parked_at is not None and now < ch.parked_at + self.park_idle_s:
+                        unpark_at = min(unpark_at, ch.parked_at + self.park_idle_s)
+                        continue
+                    ch.parked_at = None
                     self._issue(ch, now)
+            polled = [c for c in live if c.pending is not None]
             if not live and not wake:
                 return []
-            by_ref = {c.pending: c for c in live}
+            by_ref = {c.pending: c for c in polled}
             hang_at = min(
-                (c.issued_at + self.max_wait_s + self.health_check_timeout_s for c in live),
+                (c.issued_at + self.max_wait_s + self.health_check_timeout_s for c in polled),
                 default=float("inf"),
             )
+            hang_at = min(hang_at, unpark_at)
             until = hang_at if deadline is None else min(hang_at, deadline)
             wait_s = None if until == float("inf") else max(0.0, until - now)
             refs = list(by_ref) + wake
+            if not refs:
+                # Only parked workers: sleep until one unparks (or the deadline).
+                time.sleep(wait_s or 0.0)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+                continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s, fetch_local=True)
             if ready and len(refs) > 1:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
@@ -143,7 +190,7 @@ class EventMultiplexer:
                     continue
                 events.extend(self._collect(owner, ref))
             now = time.monotonic()
-            for ch in live:
+            for ch in polled:
                 if ch.failed or ch.pending is None or ch.pending in ready:
                     continue
                 waited = now - ch.issued_at
@@ -184,4 +231,6 @@ class EventMultiplexer:
             ev = decode(ch.key, raw, self.on_collective)
             if ev is not None:
                 out.append(ev)
+            if self.park_idle_s > 0 and raw[0] in (FINISHED, ERROR):
+                ch.parked_at = time.monotonic()
         return out

@@ -27,6 +27,10 @@ from lumos.runtime._internal.worker_group import (
 
 logger = logging.getLogger("lumos.runtime")
 
+# An idle worker is not polled for this long after its function ends, so that the next
+# launch carries the poll (one round trip per short run); then it is polled again.
+_PARK_IDLE_S = 0.05
+
 
 @dataclass
 class _PoolWorker:
@@ -37,6 +41,7 @@ class _PoolWorker:
     pid: int | None = None
     seq: int = 0
     actor_id: str | None = None
+    fn_key: str | None = None  # the function this worker was last sent
 
 
 class WorkerPool(ShutsDownOnExit):
@@ -81,7 +86,7 @@ class WorkerPool(ShutsDownOnExit):
         self.health_check_timeout_s = health_check_timeout_s
         self._workers: dict[int, _PoolWorker] = {}
         self._next_id = 0
-        self._mux = EventMultiplexer(health_check_timeout_s)
+        self._mux = EventMultiplexer(health_check_timeout_s, park_idle_s=_PARK_IDLE_S)
         self._fn_cache: dict[int, tuple[Callable[..., Any], Any, str]] = {}
         self._backlog: list[Event] = []
         self._seq_lock = threading.Lock()
@@ -149,15 +154,18 @@ class WorkerPool(ShutsDownOnExit):
             cached = (fn, ray.put(fn), f"pool{id(self)}:{len(self._fn_cache)}:{id(fn)}")
             self._fn_cache[id(fn)] = cached
         _, fn_ref, fn_key = cached
-        w.actor.launch.remote(
-            self._next_seq(w),
-            fn_key,
-            [fn_ref],
-            [(tuple(args), dict(kwargs or {}))],
-            None,
-            None,
-            session_info,
-        )
+        fn_box, args_box = [fn_ref], [(tuple(args), dict(kwargs or {}))]
+        if w.fn_key == fn_key and self._mux.parked(worker_id):
+            # The worker has the function and no poll outstanding: the launch call
+            # returns the first events itself.
+            ref = w.actor.launch_poll.remote(
+                self._next_seq(w), fn_key, fn_box, args_box, session_info, self._mux.max_wait_s
+            )
+            self._mux.adopt(worker_id, ref)
+            return
+        w.fn_key = fn_key
+        self._mux.unpark(worker_id)
+        w.actor.launch.remote(self._next_seq(w), fn_key, fn_box, args_box, None, None, session_info)
 
     def poll(self, timeout_s: float | None) -> list[Event]:
         """Events from all workers (``event.rank`` is the worker id).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lumos.train._internal.lazy import lazy_attributes
+from lumos.runtime._internal.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from lumos.train._internal.torch.config import TorchConfig

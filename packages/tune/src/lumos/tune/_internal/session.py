@@ -15,6 +15,7 @@ setting the session's stop flag; the trial's next ``tune.report`` then raises
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -24,7 +25,6 @@ from typing import Any, Protocol
 from lumos.runtime import context as job_context
 from lumos.runtime import worker as runtime_worker
 from lumos.storage import Checkpoint, CheckpointRecord, RetentionPolicy, RunState, RunStorage
-from lumos.tune._internal.errors import TrialPruned, TuneError
 
 # How a trial function ended, as returned to the driver in FinishedEvent.result.
 DONE = "done"
@@ -146,7 +146,7 @@ class TrialSession:
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if self._session.stop_requested:
             self.stop_event.set()
-            raise TrialPruned(
+            raise pruned_error(
                 f"trial {self.spec.trial_name!r} was ended early by the driver "
                 "(pruned or stop criteria met)"
             )
@@ -206,8 +206,33 @@ class TrialSession:
             metrics = {self.sweep.metric: result}
         else:
             return
-        with contextlib.suppress(TrialPruned):
+        try:
             self.report(metrics)
+        except Exception as exc:
+            if not is_pruned(exc):
+                raise
+
+
+# lumos.tune's exceptions are imported on first use: ``TrialPruned`` subclasses
+# ``optuna.TrialPruned``, and a trial's actor should not import optuna unless a trial is
+# pruned or fails (it costs every fresh actor about 0.1 s of CPU).
+def pruned_error(message: str) -> Exception:
+    """A ``tune.TrialPruned`` with ``message``."""
+    from lumos.tune._internal.errors import TrialPruned
+
+    return TrialPruned(message)
+
+
+def _tune_error(message: str) -> Exception:
+    from lumos.tune._internal.errors import TuneError
+
+    return TuneError(message)
+
+
+def is_pruned(exc: BaseException) -> bool:
+    """True for ``tune.TrialPruned`` and for an ``optuna.TrialPruned`` the user raised."""
+    optuna_exceptions = sys.modules.get("optuna.exceptions")
+    return optuna_exceptions is not None and isinstance(exc, optuna_exceptions.TrialPruned)
 
 
 def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +289,7 @@ def _activate(session: TrialSession) -> Iterator[None]:
 def _require_session(what: str) -> TrialSession:
     session = current_session()
     if session is None:
-        raise TuneError(
+        raise _tune_error(
             f"tune.{what}() was called outside a trial; call it inside the function "
             "passed to tune.Tuner(...)"
         )
@@ -299,7 +324,7 @@ class TrialRunner:
     def __call__(self, spec: TrialSpec, _session: SessionLike | None = None) -> tuple[str, Any]:
         runtime_session = _session if _session is not None else runtime_worker.get_session()
         if runtime_session is None:
-            raise TuneError("TrialRunner must run inside a lumos.runtime worker")
+            raise _tune_error("TrialRunner must run inside a lumos.runtime worker")
         trial_uri = self.trial_uri(spec.trial_name)
         session = TrialSession(spec, self.sweep, runtime_session, trial_uri)
         ctx = job_context.JobContext(
@@ -309,7 +334,7 @@ class TrialRunner:
             storage_filesystem=self.sweep.experiment.fs,
             report=session.report,
             stop_event=session.stop_event,
-            stop_error=lambda: TrialPruned(
+            stop_error=lambda: pruned_error(
                 f"trial {spec.trial_name!r} was ended early by the driver"
             ),
             resources_hint={"trial_resources": dict(self.sweep.resources)},
@@ -317,10 +342,12 @@ class TrialRunner:
         with _activate(session), job_context.running(ctx):
             try:
                 result = self.trainable(spec.config)
-            except TrialPruned as exc:
-                return (PRUNED, str(exc))
             except runtime_worker.StopRequested as exc:
                 return (PRUNED, str(exc) or "stopped by the driver")
+            except Exception as exc:
+                if is_pruned(exc):
+                    return (PRUNED, str(exc))
+                raise
             session.final_report(result)
             return (DONE, None)
 
