@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -48,18 +49,24 @@ def test_ddp_two_workers_match_one_process_on_the_same_global_batch(tmp_path: Pa
     torch.testing.assert_close(torch.tensor(result.metrics["bias"]), model.bias.detach())
 
 
-def test_worker_sigkill_resumes_from_the_last_committed_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("standby", [True, False], ids=["standby", "new-actor"])
+def test_worker_sigkill_resumes_from_the_last_committed_checkpoint(
+    tmp_path: Path, standby: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     # rank 1 kills its own process at step 3, right after report(step 2) returned on
     # every rank: checkpoint_2 must be committed, so training resumes exactly at step 3.
+    # With the standby worker (the default) a warm process takes over rank 1.
+    caplog.set_level(logging.INFO, logger="lumos.runtime")
     config = {"steps": 6, "die": {"rank": 1, "step": 3, "how": "sigkill"}}
+    failure = train.FailureConfig(max_failures=1, standby_worker=standby)
     result = TorchTrainer(
         train_fns.checkpointing_loop,
         train_loop_config=config,
         scaling_config=train.ScalingConfig(num_workers=2),
-        run_config=run_config(
-            tmp_path, "sigkill", failure_config=train.FailureConfig(max_failures=1)
-        ),
+        run_config=run_config(tmp_path, "sigkill", failure_config=failure),
     ).fit()
+    took_over = [r for r in caplog.records if "standby worker" in r.getMessage()]
+    assert len(took_over) == (1 if standby else 0), took_over
     assert result.metrics == {"step": 5, "start": 3, "attempt": 1}
     assert [row["step"] for row in result.metrics_history] == list(range(6))
     state = RunStorage(tmp_path, "sigkill").load_state()

@@ -369,3 +369,54 @@ def test_launch_while_previous_function_runs_is_an_error_event() -> None:
         group.request_stop()
         events = _poll_until(group, _ended(1))
         assert [(e.rank, e.stopped) for e in events if isinstance(e, FinishedEvent)] == [(0, True)]
+
+
+def warm_state(module: str) -> tuple[bool, str | None, int]:
+    import sys
+
+    return module in sys.modules, os.environ.get("OMP_NUM_THREADS"), os.getpid()
+
+
+def _standby_pid(group: WorkerGroup) -> int:
+    standby = group._standby
+    assert standby is not None, "no standby worker"
+    return int(ray.get(standby.ready, timeout=60)["pid"])
+
+
+def test_a_standby_worker_takes_over_a_dead_rank_then_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lumos.runtime._internal import worker_group as wg
+
+    monkeypatch.setattr(wg, "_STANDBY_RESPAWN_DELAY_S", 0.0)
+    # A module nothing in a worker imports by itself: only the standby's warm-up does.
+    warm = "xml.dom.minidom"
+    spec = WorkerGroupSpec(
+        num_workers=2, resources_per_worker={"CPU": 1}, standby=True, warm_imports=(warm,)
+    )
+    with WorkerGroup.start(spec) as group:
+        group.launch(warm_state, args=(warm,))
+        events = _poll_until(group, _ended(2))
+        assert {e.result[0] for e in events if isinstance(e, FinishedEvent)} == {False}
+        # It reserves nothing: the group's two CPUs are the only ones taken.
+        assert ray.available_resources().get("CPU") == 2.0
+        for kill_round in range(2):  # the second kill is covered by the respawned standby
+            standby = _standby_pid(group)
+            before = [w.pid for w in group.workers]
+            os.kill(before[1], signal.SIGKILL)
+            _poll_until(group, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs), 60)
+            group.replace_workers([1])
+            assert [w.pid for w in group.workers] == [before[0], standby], kill_round
+            group.launch(warm_state, args=(warm,))
+            events = _poll_until(group, _ended(2))
+            by_rank = {e.rank: e.result for e in events if isinstance(e, FinishedEvent)}
+            assert by_rank[1] == (True, "1", standby)  # warmed, threads as a 1-CPU worker
+            assert by_rank[0][0] is False
+    # shutdown kills the standby too (the no_leaks fixture checks for leftover actors)
+
+
+def test_no_standby_for_gpu_workers_and_a_bad_warm_imports_is_named() -> None:
+    spec = WorkerGroupSpec(num_workers=1, resources_per_worker={"CPU": 1, "GPU": 1}, standby=True)
+    assert not spec.uses_standby
+    with pytest.raises(ValueError, match=r"warm_imports=.*tuple of module names"):
+        WorkerGroupSpec(num_workers=1, warm_imports=["torch"])  # type: ignore[arg-type]

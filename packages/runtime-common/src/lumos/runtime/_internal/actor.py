@@ -7,6 +7,7 @@ other threads, and the user function runs in its own thread.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import socket
@@ -83,10 +84,19 @@ class WorkerActor:
         self._rank: int | None = None
 
     # -- setup ------------------------------------------------------------------------
-    def setup(self, env_vars: dict[str, str] | None) -> dict[str, Any]:
-        """Apply env vars and return where this worker runs (one call per actor)."""
+    def setup(
+        self, env_vars: dict[str, str] | None, imports: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Apply env vars, import ``imports`` (a standby warms up so), and return where
+        this worker runs (one call per actor). A module that fails to import is skipped:
+        the user function will raise the error itself if it needs that module."""
         if env_vars:
             os.environ.update(env_vars)
+        for module in imports or ():
+            try:
+                importlib.import_module(module)
+            except Exception:
+                pass
         import ray
 
         ctx = ray.get_runtime_context()
@@ -200,6 +210,18 @@ class WorkerActor:
         started = time.monotonic()
         self.launch(seq, fn_key, fn_box, args_box, None, None, session_info)
         return self.poll(max(0.0, max_wait_s - (time.monotonic() - started)))
+
+    def preload(self, fn_key: str, fn_box: list[Any]) -> None:
+        """Fetch and unpickle a function ahead of its launch (a standby does this so
+        that taking over a rank imports nothing)."""
+        try:
+            import ray
+
+            payload = fn_box[0]
+            fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
+        except Exception:
+            return  # launch() fetches it again and reports the error
+        self._fn_cache = {fn_key: fn}
 
     def deliver(self, seq: int, value: Any) -> None:
         """Put ``value`` into the running session's inbox."""

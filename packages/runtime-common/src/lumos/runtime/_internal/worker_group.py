@@ -33,6 +33,11 @@ PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _WAITING_FIRST_S = 3.0
 _WAITING_EVERY_S = 15.0
+# After a standby took over a rank, the next one starts this much later (so that its
+# start-up does not compete for CPU with the restarted training).
+_STANDBY_RESPAWN_DELAY_S = 5.0
+# How long replace_workers waits for a standby that is still warming up.
+_STANDBY_WAIT_S = 60.0
 
 RemoteWorker: Any = ray.remote(WorkerActor)
 
@@ -49,6 +54,13 @@ class WorkerGroupSpec:
         placement_timeout_s: Give up starting after this many seconds (``None``: wait).
         health_check_timeout_s: A worker not answering within this many seconds (beyond
             its long-poll wait) is reported as ``WorkerHungEvent``.
+        standby: Keep one extra, idle worker process ready (started with the group, its
+            ``warm_imports`` imported, the launched function preloaded) that
+            ``replace_workers`` uses instead of starting a new actor: a failed rank is
+            back in well under a second. It reserves no Ray resources (it runs only in
+            place of a dead worker, whose bundle it uses) and is used only for a rank on
+            its node; with GPUs or custom resources per worker it is not started.
+        warm_imports: Modules the standby imports while it waits (e.g. ``("torch",)``).
 
     Raises:
         ValueError: A field is out of range; the message names the field and value.
@@ -66,6 +78,8 @@ class WorkerGroupSpec:
     env_vars: dict[str, str] = field(default_factory=dict)
     placement_timeout_s: float | None = None
     health_check_timeout_s: float = 10.0
+    standby: bool = False
+    warm_imports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (
@@ -88,6 +102,17 @@ class WorkerGroupSpec:
             raise ValueError(
                 f"health_check_timeout_s={self.health_check_timeout_s!r} is invalid: must be > 0"
             )
+        if not isinstance(self.warm_imports, tuple) or not all(
+            isinstance(m, str) and m for m in self.warm_imports
+        ):
+            raise ValueError(
+                f"warm_imports={self.warm_imports!r} is invalid: must be a tuple of module names"
+            )
+
+    @property
+    def uses_standby(self) -> bool:
+        """True when ``standby`` is set and workers need only CPUs (and memory)."""
+        return self.standby and set(self.resources_per_worker) <= {"CPU", "memory"}
 
 
 def validate_resources(
@@ -179,6 +204,8 @@ class WorkerGroup(ShutsDownOnExit):
             self._mux.add(rank, actor, infos[rank].node_id)
         self._closed = False
         self._fn_counter = 0
+        self._standby: _Standby | None = None
+        self._standby_due: float | None = None  # when to start the next standby
 
     # -- start ------------------------------------------------------------------------
     @classmethod
@@ -237,7 +264,9 @@ class WorkerGroup(ShutsDownOnExit):
                 kill_quietly(a)
             _remove_pg(pg)
             raise
-        return cls(spec, pg, [actors[i] for i in order], list(order), infos)
+        group = cls(spec, pg, [actors[i] for i in order], list(order), infos)
+        group._spawn_standby()
+        return group
 
     # -- run --------------------------------------------------------------------------
     def launch(
@@ -270,6 +299,8 @@ class WorkerGroup(ShutsDownOnExit):
         fn_key = f"{id(self)}:{self._fn_counter}"
         fn_ref = ray.put(fn)
         args_ref = ray.put((tuple(args), dict(kwargs or {})))
+        if self._standby is not None:
+            self._standby.actor.preload.remote(fn_key, [fn_ref])
         for rank, actor in enumerate(self._actors):
             if self._mux.is_failed(rank):
                 continue
@@ -293,6 +324,8 @@ class WorkerGroup(ShutsDownOnExit):
         A failed worker is not polled again (replace it or shut the group down).
         """
         self._check_open()
+        if self._standby_due is not None and time.monotonic() >= self._standby_due:
+            self._spawn_standby()
         return self._mux.poll(timeout_s)
 
     def send(self, value: Any, ranks: list[int] | None = None) -> None:
@@ -379,7 +412,17 @@ class WorkerGroup(ShutsDownOnExit):
             self._mux.remove(rank)
         opts = actor_options(self.spec.resources_per_worker)
         new: dict[int, Any] = {}
+        standby_meta: dict[int, dict[str, Any]] = {}
+        taken = self._take_standby([self.workers[r].node_id for r in ranks])
+        if taken is not None:
+            index, actor, meta = taken
+            new[ranks[index]] = actor
+            standby_meta[ranks[index]] = meta
+            logger.info("rank %d: the standby worker (pid %s) took over", ranks[index], meta["pid"])
+            self._standby_due = time.monotonic() + _STANDBY_RESPAWN_DELAY_S
         for rank in ranks:
+            if rank in new:
+                continue
             strategy = PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=self._bundles[rank]
             )
@@ -391,7 +434,8 @@ class WorkerGroup(ShutsDownOnExit):
                 **opts,
             ).remote()
         env = dict(self.spec.env_vars) or None
-        refs = [new[r].setup.remote(env) for r in ranks]
+        fresh = [r for r in ranks if r not in standby_meta]
+        refs = [new[r].setup.remote(env) for r in fresh]
         try:
             metas_new = _wait_setup(refs, self.spec, self._pg)
         except BaseException:
@@ -399,7 +443,7 @@ class WorkerGroup(ShutsDownOnExit):
                 kill_quietly(a)
             raise
         metas: list[dict[str, Any]] = []
-        by_rank = dict(zip(ranks, metas_new, strict=True))
+        by_rank = dict(zip(fresh, metas_new, strict=True)) | standby_meta
         for rank, info in enumerate(self.workers):
             if rank in by_rank:
                 metas.append(by_rank[rank])
@@ -439,10 +483,60 @@ class WorkerGroup(ShutsDownOnExit):
         finally:
             for rank in range(len(self._actors)):
                 self._kill_rank(rank)
+            if self._standby is not None:
+                kill_quietly(self._standby.actor)
+                self._standby = None
             self._mux.clear()
             if self._pg is not None:
                 _remove_pg(self._pg)
                 self._pg = None
+
+    # -- standby ----------------------------------------------------------------------
+    def _spawn_standby(self) -> None:
+        """Start the standby worker (no resources, in rank 0's bundle); see ``standby``."""
+        self._standby_due = None
+        if not self.spec.uses_standby or self._pg is None or self._closed:
+            return
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=self._pg, placement_group_bundle_index=self._bundles[0]
+        )
+        actor = RemoteWorker.options(
+            scheduling_strategy=strategy,
+            max_concurrency=ACTOR_MAX_CONCURRENCY,
+            max_restarts=0,
+            max_task_retries=0,
+            num_cpus=0,
+        ).remote()
+        env = dict(self.spec.env_vars)
+        # Ray sets OMP_NUM_THREADS from an actor's CPUs; the standby reserves none.
+        cpus = float(self.spec.resources_per_worker.get("CPU", 1.0))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, int(cpus))))
+        ready = actor.setup.remote(env, list(self.spec.warm_imports))
+        self._standby = _Standby(actor, ready)
+
+    def _take_standby(self, nodes: list[str | None]) -> tuple[int, Any, dict[str, Any]] | None:
+        """Hand the standby over for the first of ``nodes`` on its node.
+
+        Returns ``(index into nodes, actor, setup meta)``, or None (no standby, it
+        failed, or it is on another node: it is then killed and a new one started).
+        """
+        sb, self._standby = self._standby, None
+        if sb is None:
+            return None
+        try:
+            meta: dict[str, Any] = ray.get(sb.ready, timeout=_STANDBY_WAIT_S)
+            ray.get(sb.actor.ping.remote(), timeout=_STANDBY_WAIT_S)  # still alive
+        except Exception as exc:
+            logger.info("the standby worker is not usable (%s); starting a new worker", exc)
+            kill_quietly(sb.actor)
+            self._standby_due = time.monotonic()
+            return None
+        for index, node in enumerate(nodes):
+            if node == meta["node_id"]:
+                return index, sb.actor, meta
+        kill_quietly(sb.actor)
+        self._standby_due = time.monotonic()
+        return None
 
     # -- helpers ----------------------------------------------------------------------
     @property
@@ -482,6 +576,12 @@ class WorkerGroup(ShutsDownOnExit):
     def _check_open(self) -> None:
         if self._closed:
             raise WorkerGroupError({}, "the worker group was shut down")
+
+
+@dataclass
+class _Standby:
+    actor: Any
+    ready: Any  # ObjectRef of its setup call (returns its meta once warm)
 
 
 def _infos_keep_ranks(metas: list[dict[str, Any]]) -> list[WorkerInfo]:

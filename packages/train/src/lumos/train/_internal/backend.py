@@ -8,7 +8,13 @@ from lumos.train._internal.session import WorkerHooks
 
 
 class Backend:
-    """Driver-side half of a backend (``DataParallelTrainer`` uses this no-op one)."""
+    """Driver-side half of a backend (``DataParallelTrainer`` uses this no-op one).
+
+    Attributes:
+        warm_imports: Modules a standby worker imports ahead of taking over a rank.
+    """
+
+    warm_imports: tuple[str, ...] = ()
 
     def prepare_launch(self, group: Any) -> WorkerHooks | None:
         """Called before every launch of the training function on ``group``.

@@ -94,6 +94,12 @@ class FailureConfig(_Config):
             their imported libraries) and restart the training function from
             the checkpoint. ``"full_group"`` starts a whole new worker group.
             If replacing fails, the controller falls back to a new group.
+        standby_worker: with ``"replace_failed"`` and ``max_failures != 0``, keep
+            one spare worker process started, with torch imported, that takes
+            over a failed rank on its node at once (no actor start, no imports):
+            training resumes well under a second after a worker dies. It
+            reserves no Ray resources and is used for CPU-only workers; it
+            costs one idle process. ``False`` turns it off.
         health_check_timeout_s: a worker that does not answer for this long
             counts as failed (hung).
 
@@ -104,6 +110,7 @@ class FailureConfig(_Config):
 
     max_failures: int = 0
     restart_strategy: Literal["replace_failed", "full_group"] = "replace_failed"
+    standby_worker: bool = True
     health_check_timeout_s: float = Field(default=30.0, gt=0)
 
     @field_validator("max_failures")

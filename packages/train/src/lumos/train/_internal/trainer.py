@@ -206,12 +206,19 @@ class DataParallelTrainer:
         sc = self.scaling_config
         fc = rc.failure_config
         cc = rc.checkpoint_config
+        backend = self._backend()
         spec = WorkerGroupSpec(
             num_workers=sc.num_workers,
             resources_per_worker=sc.worker_resources(),
             placement_strategy=sc.placement_strategy,
             env_vars=self._env_vars(),
             health_check_timeout_s=fc.health_check_timeout_s,
+            standby=(
+                fc.standby_worker
+                and fc.max_failures != 0
+                and fc.restart_strategy == "replace_failed"
+            ),
+            warm_imports=backend.warm_imports,
         )
         retention = cc.retention() if cc.num_to_keep is not None else None
         return TrainController(
@@ -223,7 +230,7 @@ class DataParallelTrainer:
             run_state=state,
             failure_policy=FailurePolicy(fc.max_failures),
             retention=retention,
-            backend=self._backend(),
+            backend=backend,
             group_factory=self._group_factory or _start_ray_group,
             restart_strategy=fc.restart_strategy,
             callbacks=list(rc.callbacks),

@@ -12,6 +12,7 @@ from the runtime's policy objects, the controller only executes them::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -257,14 +258,7 @@ class TrainController:
                     if isinstance(decision, ResizeDecision)
                     else self.spec.num_workers
                 )
-                spec = WorkerGroupSpec(
-                    num_workers=num,
-                    resources_per_worker=dict(self.spec.resources_per_worker),
-                    placement_strategy=self.spec.placement_strategy,
-                    env_vars=dict(self.spec.env_vars),
-                    placement_timeout_s=self.spec.placement_timeout_s,
-                    health_check_timeout_s=self.spec.health_check_timeout_s,
-                )
+                spec = dataclasses.replace(self.spec, num_workers=num)
                 t0 = time.monotonic()
                 self.group = self.group_factory(spec, on_waiting=self.console.info)
                 self.console.info(

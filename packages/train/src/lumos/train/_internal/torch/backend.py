@@ -101,6 +101,8 @@ def _local_device_index(context: TrainContext) -> int:
 class TorchBackend(Backend):
     """Driver half of the torch backend."""
 
+    warm_imports = ("torch", "torch.distributed")
+
     def __init__(self, config: TorchConfig, use_gpu: bool) -> None:
         self.config = config
         self.use_gpu = use_gpu
