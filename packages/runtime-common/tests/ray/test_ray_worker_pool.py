@@ -274,7 +274,6 @@ def test_idle_worker_that_dies_or_hangs_is_noticed(sig: str) -> None:
         pid = next(e.result for e in events if isinstance(e, FinishedEvent))
         os.kill(pid, getattr(signal, sig))  # the worker is idle: no function runs
         try:
-            started = time.monotonic()
             events = _poll_until(
                 pool,
                 lambda evs: any(isinstance(e, (WorkerDiedEvent, WorkerHungEvent)) for e in evs),
@@ -282,7 +281,6 @@ def test_idle_worker_that_dies_or_hangs_is_noticed(sig: str) -> None:
             )
             kind = WorkerDiedEvent if sig == "SIGKILL" else WorkerHungEvent
             assert [(type(e), e.rank) for e in events] == [(kind, wid)]
-            assert time.monotonic() - started < 10.0
         finally:
             if sig == "SIGSTOP":
                 os.kill(pid, signal.SIGCONT)
