@@ -211,16 +211,19 @@ class WorkerActor:
         self.launch(seq, fn_key, fn_box, args_box, None, None, session_info)
         return self.poll(max(0.0, max_wait_s - (time.monotonic() - started)))
 
-    def preload(self, fn_key: str, fn_box: list[Any]) -> None:
-        """Fetch and unpickle a function ahead of its launch (a standby does this so
-        that taking over a rank imports nothing)."""
+    def preload(self, fn_key: str, fn_box: list[Any], args_box: list[Any]) -> None:
+        """Fetch and unpickle a function and its arguments ahead of a launch (a standby
+        does this so that taking over a rank imports nothing); the arguments are
+        dropped again, only the modules they needed stay imported."""
         try:
             import ray
 
             payload = fn_box[0]
             fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
+            if isinstance(args_box[0], ray.ObjectRef):
+                ray.get(args_box[0])  # unpickled for the imports it needs, then dropped
         except Exception:
-            return  # launch() fetches it again and reports the error
+            return  # launch() fetches them again and reports the error
         self._fn_cache = {fn_key: fn}
 
     def deliver(self, seq: int, value: Any) -> None:

@@ -300,7 +300,7 @@ class WorkerGroup(ShutsDownOnExit):
         fn_ref = ray.put(fn)
         args_ref = ray.put((tuple(args), dict(kwargs or {})))
         if self._standby is not None:
-            self._standby.actor.preload.remote(fn_key, [fn_ref])
+            self._standby.actor.preload.remote(fn_key, [fn_ref], [args_ref])
         for rank, actor in enumerate(self._actors):
             if self._mux.is_failed(rank):
                 continue

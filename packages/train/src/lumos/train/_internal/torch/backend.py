@@ -1,11 +1,11 @@
 """The torch backend: a ``torch.distributed`` process group around the user's function.
 
 Driver half (:class:`TorchBackend`): the address is rank 0's node IP. Worker half
-(:class:`TorchWorkerHooks`, runs in each training thread): rank 0 picks a free port
-and broadcasts it through the runtime session (no extra driver round trip before
-the launch; the other ranks are still importing torch meanwhile), every rank sets
-the usual env vars, destroys a process group left over from a failed attempt, and
-joins the new one. When the function ends
+(:class:`TorchWorkerHooks`, runs in each training thread): every rank destroys a
+process group left over from a failed attempt; rank 0 starts the rendezvous
+``TCPStore`` on a port the OS picks and broadcasts the port through the runtime
+session (no extra driver round trip before the launch); the others connect to it,
+every rank sets the usual env vars and joins the new group. When the function ends
 (also by an error) the group is destroyed, which closes its sockets so that
 peers blocked in a collective fail at once instead of waiting for the timeout.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 from typing import TYPE_CHECKING, Any
 
 from lumos.train._internal.backend import Backend
@@ -22,12 +21,6 @@ from lumos.train._internal.session import TrainContext, WorkerHooks
 
 if TYPE_CHECKING:
     from lumos.train._internal.torch.config import TorchConfig
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def destroy_process_group_quietly() -> None:
@@ -59,7 +52,20 @@ class TorchWorkerHooks(WorkerHooks):
         world = context.get_world_size()
         session = worker.get_session()
         assert session is not None
-        port = int(session.broadcast_from_rank_zero(_free_port() if rank == 0 else None))
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        destroy_process_group_quietly()
+        # Rank 0 starts the rendezvous store (on a port the OS picks) before it sends
+        # the port, so the others connect at once: with init_method="tcp://..." they may
+        # race the server and fall into torch's connect back-off (up to ~0.5 s seen).
+        store: Any = None
+        if rank == 0:
+            store = dist.TCPStore(
+                self.master_addr, 0, world, is_master=True, timeout=timeout, wait_for_workers=False
+            )
+            port = int(session.broadcast_from_rank_zero(int(store.port)))
+        else:
+            port = int(session.broadcast_from_rank_zero(None))
+            store = dist.TCPStore(self.master_addr, port, world, is_master=False, timeout=timeout)
         os.environ.update(
             {
                 "MASTER_ADDR": self.master_addr,
@@ -71,15 +77,10 @@ class TorchWorkerHooks(WorkerHooks):
                 "NODE_RANK": str(context.get_node_rank()),
             }
         )
-        destroy_process_group_quietly()
         if self.backend == "nccl" and torch.cuda.is_available():
             torch.cuda.set_device(_local_device_index(context))
         dist.init_process_group(
-            backend=self.backend,
-            init_method=f"tcp://{self.master_addr}:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=self.timeout_s),
+            backend=self.backend, store=store, rank=rank, world_size=world, timeout=timeout
         )
 
     def on_end(self, context: TrainContext, error: BaseException | None) -> None:
