@@ -120,7 +120,7 @@ def test_user_error_without_retries_raises_with_the_workers_error(tmp_path: Path
 
 
 def test_worker_death_replaces_only_that_worker_and_resumes_from_the_latest_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = FakeCluster([lambda g: g.after_reports(5, lambda g: g.kill_worker(1))])
     rec = Recorder()
@@ -131,8 +131,12 @@ def test_worker_death_replaces_only_that_worker_and_resumes_from_the_latest_chec
         cluster,
         failure_config=train.FailureConfig(max_failures=1),
         callbacks=[rec],
+        verbose=True,
     )
     result = trainer.fit()
+    err = capsys.readouterr().err
+    assert "replaced rank 1 in " in err
+    assert "(a new worker process for rank 1)" in err  # the fake group has no standby
     assert result.metrics["step"] == 5
     assert result.metrics["attempt"] == 1
     assert result.metrics["start"] >= 1  # resumed from a checkpoint, not from scratch

@@ -360,14 +360,15 @@ class FakeWorkerGroup(_FakeWorkers):
         except Exception as exc:
             raise WorkerGroupError({rank: RemoteError.from_exception(exc, rank=rank)}) from exc
 
-    def replace_workers(self, ranks: list[int]) -> None:
-        """Revive ``ranks`` (their old threads are asked to stop)."""
+    def replace_workers(self, ranks: list[int]) -> list[int]:
+        """Revive ``ranks`` (their old threads are asked to stop); no standby here."""
         self._check_open()
         self.replaced.append(list(ranks))
         self._stop_all(ranks, 1.0)
         for r in ranks:
             self._dead.discard(r)
             self._sessions.pop(r, None)
+        return []
 
     def shutdown(self, grace_period_s: float = 5.0) -> None:
         """Stop all threads (bounded by ``grace_period_s``); idempotent."""

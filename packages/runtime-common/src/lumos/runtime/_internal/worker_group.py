@@ -395,11 +395,14 @@ class WorkerGroup(ShutsDownOnExit):
         return result
 
     # -- repair -----------------------------------------------------------------------
-    def replace_workers(self, ranks: list[int]) -> None:
+    def replace_workers(self, ranks: list[int]) -> list[int]:
         """Kill the actors of ``ranks`` and start new ones in the same bundles.
 
         Survivors keep their processes. ``.workers`` is refreshed (node info of the
         new actors); world ranks do not change.
+
+        Returns:
+            The ranks the standby worker took over (see ``WorkerGroupSpec.standby``).
 
         Raises:
             WorkerGroupStartError: A replacement could not be started in time.
@@ -462,6 +465,7 @@ class WorkerGroup(ShutsDownOnExit):
             self._mux.add(rank, new[rank], by_rank[rank]["node_id"])
         self.workers = _infos_keep_ranks(metas)
         self._relay.reset()
+        return sorted(standby_meta)
 
     # -- shutdown ---------------------------------------------------------------------
     def shutdown(self, grace_period_s: float = 5.0) -> None:

@@ -83,7 +83,7 @@ class WorkerGroupLike(Protocol):
 
     def request_stop(self) -> None: ...
 
-    def replace_workers(self, ranks: list[int]) -> None: ...
+    def replace_workers(self, ranks: list[int]) -> list[int] | None: ...
 
     def shutdown(self, grace_period_s: float = 5.0) -> None: ...
 
@@ -558,7 +558,7 @@ class TrainController:
         group.request_stop()
         waiting = set(range(self._world_size)) - set(dead) - set(ended)
         if dead:
-            group.replace_workers(dead)
+            self._replace(group, dead)
         extra_dead: set[int] = set()
         deadline = time.monotonic() + self.settings.stop_grace_s
         while waiting:
@@ -577,8 +577,21 @@ class TrainController:
                     waiting.discard(event.rank)
                     extra_dead.add(event.rank)
         if extra_dead:
-            group.replace_workers(sorted(extra_dead))
+            self._replace(group, sorted(extra_dead))
         return extra_dead
+
+    def _replace(self, group: WorkerGroupLike, ranks: list[int]) -> None:
+        t0 = time.monotonic()
+        by_standby = sorted(group.replace_workers(ranks) or [])
+        fresh = [r for r in ranks if r not in by_standby]
+        parts: list[str] = []
+        if by_standby:
+            parts.append(f"the standby worker took over {_ranks(by_standby)}")
+        if fresh:
+            parts.append(f"a new worker process for {_ranks(fresh)}")
+        self.console.info(
+            f"replaced {_ranks(ranks)} in {time.monotonic() - t0:.2f} s ({'; '.join(parts)})"
+        )
 
     # -- bookkeeping --------------------------------------------------------------------
     def _begin_attempt(self, attempt: int, world_size: int, base: int) -> None:
@@ -711,3 +724,10 @@ class TrainController:
             return ""
         nodes = sorted({w.node_ip for w in group.workers})
         return f"{len(nodes)} node(s): {', '.join(nodes)}"
+
+
+def _ranks(ranks: list[int]) -> str:
+    """Format ranks for the console: ``rank 1`` or ``ranks 0, 2``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(str(r) for r in sorted(ranks))

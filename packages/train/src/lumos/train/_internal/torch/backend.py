@@ -57,15 +57,17 @@ class TorchWorkerHooks(WorkerHooks):
         # Rank 0 starts the rendezvous store (on a port the OS picks) before it sends
         # the port, so the others connect at once: with init_method="tcp://..." they may
         # race the server and fall into torch's connect back-off (up to ~0.5 s seen).
+        # Public API, re-exported by torch.distributed without an explicit ``as``.
+        tcp_store: Any = dist.TCPStore  # type: ignore[attr-defined]
         store: Any = None
         if rank == 0:
-            store = dist.TCPStore(
+            store = tcp_store(
                 self.master_addr, 0, world, is_master=True, timeout=timeout, wait_for_workers=False
             )
             port = int(session.broadcast_from_rank_zero(int(store.port)))
         else:
             port = int(session.broadcast_from_rank_zero(None))
-            store = dist.TCPStore(self.master_addr, port, world, is_master=False, timeout=timeout)
+            store = tcp_store(self.master_addr, port, world, is_master=False, timeout=timeout)
         os.environ.update(
             {
                 "MASTER_ADDR": self.master_addr,
