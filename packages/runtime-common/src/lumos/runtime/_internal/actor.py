@@ -7,6 +7,7 @@ other threads, and the user function runs in its own thread.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
@@ -93,10 +94,8 @@ class WorkerActor:
         if env_vars:
             os.environ.update(env_vars)
         for module in imports or ():
-            try:
+            with contextlib.suppress(Exception):
                 importlib.import_module(module)
-            except Exception:
-                pass
         import ray
 
         ctx = ray.get_runtime_context()

@@ -168,8 +168,8 @@ class EventMultiplexer:
                 (c.issued_at + self.max_wait_s + self.health_check_timeout_s for c in polled),
                 default=float("inf"),
             )
-            hang_at = min(hang_at, unpark_at)
-            until = hang_at if deadline is None else min(hang_at, deadline)
+            wake_at = min(hang_at, unpark_at)
+            until = wake_at if deadline is None else min(wake_at, deadline)
             wait_s = None if until == float("inf") else max(0.0, until - now)
             refs = list(by_ref) + wake
             if not refs:

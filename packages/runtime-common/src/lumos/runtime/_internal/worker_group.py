@@ -146,6 +146,23 @@ def validate_env_vars(env_vars: dict[str, str], name: str = "env_vars") -> None:
             raise ValueError(f"{name}[{k!r}]={v!r} is invalid: keys and values must be str")
 
 
+def new_worker_actor(
+    opts: dict[str, Any], pg: PlacementGroup | None = None, bundle_index: int = 0
+) -> Any:
+    """A worker actor: threaded, never restarted by Ray, with ``opts`` (its resources,
+    see ``actor_options``); in bundle ``bundle_index`` of ``pg`` when given."""
+    if pg is not None:
+        opts = {
+            **opts,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=bundle_index
+            ),
+        }
+    return RemoteWorker.options(
+        max_concurrency=ACTOR_MAX_CONCURRENCY, max_restarts=0, max_task_retries=0, **opts
+    ).remote()
+
+
 def kill_quietly(actor: Any) -> None:
     try:
         ray.kill(actor, no_restart=True)
@@ -242,18 +259,7 @@ class WorkerGroup(ShutsDownOnExit):
         try:
             opts = actor_options(spec.resources_per_worker)
             for i in range(spec.num_workers):
-                strategy = PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=i
-                )
-                actors.append(
-                    RemoteWorker.options(
-                        scheduling_strategy=strategy,
-                        max_concurrency=ACTOR_MAX_CONCURRENCY,
-                        max_restarts=0,
-                        max_task_retries=0,
-                        **opts,
-                    ).remote()
-                )
+                actors.append(new_worker_actor(opts, pg, i))
             env = dict(spec.env_vars) or None
             refs = [a.setup.remote(env) for a in actors]
             metas = _wait_setup(refs, spec, pg, on_waiting)
@@ -413,7 +419,6 @@ class WorkerGroup(ShutsDownOnExit):
         for rank in ranks:
             self._kill_rank(rank)
             self._mux.remove(rank)
-        opts = actor_options(self.spec.resources_per_worker)
         new: dict[int, Any] = {}
         standby_meta: dict[int, dict[str, Any]] = {}
         taken = self._take_standby([self.workers[r].node_id for r in ranks])
@@ -423,21 +428,11 @@ class WorkerGroup(ShutsDownOnExit):
             standby_meta[ranks[index]] = meta
             logger.info("rank %d: the standby worker (pid %s) took over", ranks[index], meta["pid"])
             self._standby_due = time.monotonic() + _STANDBY_RESPAWN_DELAY_S
-        for rank in ranks:
-            if rank in new:
-                continue
-            strategy = PlacementGroupSchedulingStrategy(
-                placement_group=self._pg, placement_group_bundle_index=self._bundles[rank]
-            )
-            new[rank] = RemoteWorker.options(
-                scheduling_strategy=strategy,
-                max_concurrency=ACTOR_MAX_CONCURRENCY,
-                max_restarts=0,
-                max_task_retries=0,
-                **opts,
-            ).remote()
-        env = dict(self.spec.env_vars) or None
         fresh = [r for r in ranks if r not in standby_meta]
+        opts = actor_options(self.spec.resources_per_worker)
+        for rank in fresh:
+            new[rank] = new_worker_actor(opts, self._pg, self._bundles[rank])
+        env = dict(self.spec.env_vars) or None
         refs = [new[r].setup.remote(env) for r in fresh]
         try:
             metas_new = _wait_setup(refs, self.spec, self._pg)
@@ -501,16 +496,7 @@ class WorkerGroup(ShutsDownOnExit):
         self._standby_due = None
         if not self.spec.uses_standby or self._pg is None or self._closed:
             return
-        strategy = PlacementGroupSchedulingStrategy(
-            placement_group=self._pg, placement_group_bundle_index=self._bundles[0]
-        )
-        actor = RemoteWorker.options(
-            scheduling_strategy=strategy,
-            max_concurrency=ACTOR_MAX_CONCURRENCY,
-            max_restarts=0,
-            max_task_retries=0,
-            num_cpus=0,
-        ).remote()
+        actor = new_worker_actor({"num_cpus": 0}, self._pg, self._bundles[0])
         env = dict(self.spec.env_vars)
         # Ray sets OMP_NUM_THREADS from an actor's CPUs; the standby reserves none.
         cpus = float(self.spec.resources_per_worker.get("CPU", 1.0))
@@ -532,12 +518,10 @@ class WorkerGroup(ShutsDownOnExit):
             ray.get(sb.actor.ping.remote(), timeout=_STANDBY_WAIT_S)  # still alive
         except Exception as exc:
             logger.info("the standby worker is not usable (%s); starting a new worker", exc)
-            kill_quietly(sb.actor)
-            self._standby_due = time.monotonic()
-            return None
-        for index, node in enumerate(nodes):
-            if node == meta["node_id"]:
-                return index, sb.actor, meta
+        else:
+            for index, node in enumerate(nodes):
+                if node == meta["node_id"]:
+                    return index, sb.actor, meta
         kill_quietly(sb.actor)
         self._standby_due = time.monotonic()
         return None

@@ -11,7 +11,6 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from lumos.runtime._internal.actor import ACTOR_MAX_CONCURRENCY
 from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import LumosRuntimeError
 from lumos.runtime._internal.events import Event, WorkerDiedEvent
@@ -19,8 +18,8 @@ from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor
 from lumos.runtime._internal.pg_owner import actor_id_of, remove_placement_groups_of
 from lumos.runtime._internal.placement import actor_options
 from lumos.runtime._internal.worker_group import (
-    RemoteWorker,
     kill_quietly,
+    new_worker_actor,
     validate_env_vars,
     validate_resources,
 )
@@ -103,12 +102,7 @@ class WorkerPool(ShutsDownOnExit):
             ray.init()
         wid = self._next_id
         self._next_id += 1
-        actor = RemoteWorker.options(
-            max_concurrency=ACTOR_MAX_CONCURRENCY,
-            max_restarts=0,
-            max_task_retries=0,
-            **actor_options(self.resources_per_worker),
-        ).remote()
+        actor = new_worker_actor(actor_options(self.resources_per_worker))
         self._workers[wid] = _PoolWorker(
             actor, actor.setup.remote(self.env_vars or None), actor_id=actor_id_of(actor)
         )
