@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lumos.runtime._internal.worker_group import validate_resources
 from lumos.storage import CheckpointConfig
 from lumos.train._internal.callback import Callback
 
@@ -53,14 +54,8 @@ class ScalingConfig(_Config):
     @field_validator("resources_per_worker")
     @classmethod
     def _check_resources(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        if value is None:
-            return None
-        for key, amount in value.items():
-            if amount < 0:
-                raise ValueError(
-                    f"resources_per_worker[{key!r}]={amount!r} is negative; "
-                    "every amount must be >= 0"
-                )
+        if value is not None:
+            validate_resources(value, "resources_per_worker", allow_zero=True)
         return value
 
     @model_validator(mode="after")

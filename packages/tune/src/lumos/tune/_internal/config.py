@@ -9,6 +9,7 @@ import optuna
 from fsspec import AbstractFileSystem
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lumos.runtime._internal.worker_group import validate_resources
 from lumos.storage import CheckpointConfig, validate_name
 
 if TYPE_CHECKING:
@@ -194,11 +195,7 @@ class TuneConfig(BaseModel):
         if isinstance(value, (int, float)):
             value = {"CPU": float(value)}
         if isinstance(value, Mapping):
-            for key, amount in value.items():
-                if not isinstance(amount, (int, float)) or isinstance(amount, bool) or amount < 0:
-                    raise ValueError(
-                        f"trial_resources[{key!r}]={amount!r}: amounts must be numbers >= 0"
-                    )
+            validate_resources(dict(value), "trial_resources", allow_zero=True)
         return value
 
     @field_validator("stop", mode="before")
