@@ -7,6 +7,7 @@ import pytest
 
 from lumos.runtime import (
     ErrorEvent,
+    Event,
     FinishedEvent,
     LumosRuntimeError,
     RemoteError,
@@ -107,7 +108,7 @@ def test_other_exceptions_pickle(exc: BaseException) -> None:
 
 def test_events_are_frozen_and_pickle() -> None:
     err = _capture(_raise_nested)
-    events = [
+    events: list[Event] = [
         ReportEvent(0, 5, {"loss": 1.0}),
         FinishedEvent(1, {"ok": True}, False),
         ErrorEvent(1, err),
@@ -119,4 +120,4 @@ def test_events_are_frozen_and_pickle() -> None:
         assert type(back) is type(ev)
         assert back.rank == ev.rank
     with pytest.raises(AttributeError):
-        events[0].rank = 3  # type: ignore[misc]
+        events[0].rank = 3  # type: ignore[misc]  # frozen

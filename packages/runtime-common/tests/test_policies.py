@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 
 from lumos.runtime import (
+    DefaultFailurePolicy,
     ElasticScalingPolicy,
     FailureAction,
     FailureDecision,
     FailureKind,
-    FailurePolicy,
     FixedScalingPolicy,
     NoopDecision,
     RemoteError,
@@ -26,7 +26,7 @@ def _user_error() -> list[WorkerFailure]:
 
 
 def test_max_failures_zero_raises_at_first_failure_and_names_the_config() -> None:
-    decision = FailurePolicy(0).make_decision(_died(), failures_so_far=0)
+    decision = DefaultFailurePolicy(0).make_decision(_died(), failures_so_far=0)
     assert decision.action is FailureAction.RAISE
     assert decision.action is FailureDecision.RAISE
     assert not decision.should_retry
@@ -35,7 +35,7 @@ def test_max_failures_zero_raises_at_first_failure_and_names_the_config() -> Non
 
 
 def test_retries_up_to_max_failures_then_raises() -> None:
-    policy = FailurePolicy(2)
+    policy = DefaultFailurePolicy(2)
     assert policy.make_decision(_died(), 0).action is FailureAction.RETRY
     assert policy.make_decision(_user_error(), 1).action is FailureAction.RETRY
     last = policy.make_decision(_died(), 2)
@@ -46,20 +46,20 @@ def test_retries_up_to_max_failures_then_raises() -> None:
 
 @pytest.mark.parametrize("kind", list(FailureKind))
 def test_every_failure_kind_counts(kind: FailureKind) -> None:
-    policy = FailurePolicy(1)
+    policy = DefaultFailurePolicy(1)
     f = [WorkerFailure(0, kind, None, None, "x")]
     assert policy.make_decision(f, 0).should_retry
     assert not policy.make_decision(f, 1).should_retry
 
 
 def test_user_error_reason_shows_exception_type_and_message() -> None:
-    decision = FailurePolicy(0).make_decision(_user_error(), 0)
+    decision = DefaultFailurePolicy(0).make_decision(_user_error(), 0)
     assert "builtins.ValueError: nan loss" in decision.reason
     assert "rank 1" in decision.reason
 
 
 def test_unlimited_always_retries() -> None:
-    policy = FailurePolicy(-1)
+    policy = DefaultFailurePolicy(-1)
     for so_far in (0, 10, 10_000):
         assert policy.make_decision(_died(), so_far).action is FailureAction.RETRY
 
@@ -67,12 +67,12 @@ def test_unlimited_always_retries() -> None:
 @pytest.mark.parametrize("bad", [-2, 1.5, "3", True])
 def test_invalid_max_failures_names_field(bad: object) -> None:
     with pytest.raises(ValueError, match="max_failures"):
-        FailurePolicy(bad)  # type: ignore[arg-type]
+        DefaultFailurePolicy(bad)  # type: ignore[arg-type]
 
 
 def test_negative_failures_so_far_rejected() -> None:
     with pytest.raises(ValueError, match="failures_so_far"):
-        FailurePolicy(1).make_decision(_died(), -1)
+        DefaultFailurePolicy(1).make_decision(_died(), -1)
 
 
 def test_fixed_scaling() -> None:

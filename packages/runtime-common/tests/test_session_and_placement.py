@@ -14,6 +14,34 @@ from lumos.runtime._internal.session import EventQueue, WorkerSession
 from lumos.runtime.testing import FakeWorkerPool
 
 
+class _SignalingCondition(threading.Condition):
+    """A Condition that sets ``waiting`` when a thread starts waiting on it.
+
+    Another thread that then takes the lock (``notify``) runs only once the waiter
+    released it inside ``wait``: the wake-up path is taken for sure, with no sleep.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def _when_waiting(cond: _SignalingCondition, action: Any) -> threading.Thread:
+    """Run ``action()`` in a thread once someone waits on ``cond``."""
+
+    def run() -> None:
+        if cond.waiting.wait(30):
+            action()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
 def _session(world_size: int = 1) -> tuple[WorkerSession, EventQueue]:
     q = EventQueue()
     info = WorkerInfo(0, world_size, 0, world_size, 0, "n", "127.0.0.1", 1, [])
@@ -32,26 +60,30 @@ def test_emit_is_ordered_and_drained_in_one_batch() -> None:
 
 def test_drain_waits_for_first_item_from_another_thread() -> None:
     s, q = _session()
-    t = threading.Timer(0.05, lambda: s.emit("late"))
-    t.start()
+    cond = q._cond = _SignalingCondition()
+    t = _when_waiting(cond, lambda: s.emit("late"))
     batch = q.drain(30.0)
     t.join()
+    assert cond.waiting.is_set()
     assert [p for _, _, p in batch] == ["late"]
 
 
 def test_receive_in_order_timeout_and_stop() -> None:
     s, _ = _session()
-    s._deliver(1)
-    s._deliver(2)
+    s.deliver(1)
+    s.deliver(2)
     assert s.receive(0) == 1
     assert s.receive(0) == 2
     with pytest.raises(TimeoutError):
         s.receive(timeout_s=0.01)
     assert not s.stop_requested
     assert not s.stop_event.is_set()
-    threading.Timer(0.05, s._request_stop).start()
+    cond = s._cond = _SignalingCondition()
+    t = _when_waiting(cond, s.request_stop)
     with pytest.raises(StopRequested):
         s.receive()
+    t.join()
+    assert cond.waiting.is_set()
     assert s.stop_requested
     assert s.stop_event.is_set()
     with pytest.raises(StopRequested):
@@ -68,9 +100,12 @@ def test_single_worker_collectives_are_local() -> None:
 
 def test_barrier_unblocks_on_stop() -> None:
     s, _ = _session(world_size=2)
-    threading.Timer(0.05, s._request_stop).start()
+    cond = s._cond = _SignalingCondition()
+    t = _when_waiting(cond, s.request_stop)
     with pytest.raises(StopRequested):
         s.barrier()
+    t.join()
+    assert cond.waiting.is_set()
 
 
 def test_get_session_outside_worker_is_none() -> None:
@@ -192,34 +227,66 @@ def test_process_session_set_while_running_and_cleared_after() -> None:
 
     s, q = _session()
     seen: list[object] = []
-    session_mod.set_session(s)
-    try:
-        session_mod.run_user_fn(
-            s, lambda: seen.append(worker.get_session()), (), {}, q, lambda e: None
-        )
-    finally:
-        session_mod.set_session(None)
+    session_mod.run_user_fn(s, lambda: seen.append(worker.get_session()), (), {}, q, lambda e: None)
     assert seen == [s]
     assert worker.get_session() is None
     kinds = [k for k, _, _ in q.drain(0)]
     assert kinds == ["F"]
 
 
+def test_threads_the_user_function_starts_see_its_session() -> None:
+    from lumos.runtime._internal import session as session_mod
+
+    s, q = _session()
+    seen: list[object] = []
+
+    def fn() -> None:
+        t = threading.Thread(target=lambda: seen.append(worker.get_session()))
+        t.start()
+        t.join(30)
+
+    user_thread = threading.Thread(
+        target=session_mod.run_user_fn, args=(s, fn, (), {}, q, lambda e: None)
+    )
+    user_thread.start()
+    user_thread.join(30)
+    assert seen == [s]
+    assert worker.get_session() is None
+
+
 def test_newer_session_is_not_cleared_by_older_thread() -> None:
     from lumos.runtime._internal import session as session_mod
 
-    old, _ = _session()
+    old, old_q = _session()
     new, _ = _session()
-    session_mod.set_session(new)
+    old_started, old_may_end = threading.Event(), threading.Event()
+
+    def old_fn() -> None:
+        old_started.set()
+        old_may_end.wait(30)
+
+    older = threading.Thread(
+        target=session_mod.run_user_fn, args=(old, old_fn, (), {}, old_q, lambda e: None)
+    )
+    older.start()
+    assert old_started.wait(30)
+    session_mod.current_session.activate(new)  # a newer launch, in this thread
     try:
-        session_mod.clear_session(old)
+        old_may_end.set()
+        older.join(30)  # the older thread ends: deactivates only its own session
         assert worker.get_session() is new
+        seen: list[object] = []
+        t = threading.Thread(target=lambda: seen.append(worker.get_session()))
+        t.start()
+        t.join(30)
+        assert seen == [new]  # a thread of the newer job sees it too
     finally:
-        session_mod.set_session(None)
+        session_mod.current_session.deactivate(new)
+    assert worker.get_session() is None
 
 
 def test_pool_and_group_resource_rules() -> None:
-    from lumos.runtime._internal.worker_group import validate_resources
+    from lumos.runtime import validate_resources
 
     validate_resources({"CPU": 0}, allow_zero=True)
     with pytest.raises(ValueError, match="bundle cannot be empty"):

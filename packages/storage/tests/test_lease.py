@@ -118,7 +118,10 @@ def test_killed_driver_on_this_host_releases_at_once(tmp_path, children) -> None
     assert info.value.pid == pid
     assert "child-driver" in str(info.value)
     child.kill()  # SIGKILL: no chance to release; TTL (300 s) far from expired
-    lease = storage.acquire_lease(ttl_s=300)
+    lease = storage.acquire_lease(holder="successor", ttl_s=300)
+    assert not lease.released
+    with pytest.raises(LeaseHeldError, match="successor"):
+        storage.acquire_lease(ttl_s=300)
     lease.release()
 
 
@@ -139,7 +142,10 @@ def test_reused_pid_does_not_keep_a_dead_lease(tmp_path) -> None:
     os.makedirs(storage.state_dir)
     with open(os.path.join(storage.state_dir, "lease.json"), "w") as f:
         json.dump(doc, f)
-    storage.acquire_lease().release()
+    lease = storage.acquire_lease(holder="new-driver")
+    with open(os.path.join(storage.state_dir, "lease.json")) as f:
+        assert json.load(f)["holder"] == "new-driver"
+    lease.release()
 
 
 def test_racing_acquirers_on_local_disk_get_exactly_one_lease(tmp_path) -> None:

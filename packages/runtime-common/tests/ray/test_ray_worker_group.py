@@ -378,17 +378,17 @@ def warm_state(module: str) -> tuple[bool, str | None, int]:
 
 
 def _standby_pid(group: WorkerGroup) -> int:
-    standby = group._standby
-    assert standby is not None, "no standby worker"
-    return int(ray.get(standby.ready, timeout=60)["pid"])
+    meta = group._standby.ready_meta(timeout_s=60)
+    assert meta is not None, "no standby worker"
+    return int(meta["pid"])
 
 
 def test_a_standby_worker_takes_over_a_dead_rank_then_is_replaced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lumos.runtime._internal import worker_group as wg
+    from lumos.runtime._internal import standby as standby_module
 
-    monkeypatch.setattr(wg, "_STANDBY_RESPAWN_DELAY_S", 0.0)
+    monkeypatch.setattr(standby_module, "STANDBY_RESPAWN_DELAY_S", 0.0)
     # A module nothing in a worker imports by itself: only the standby's warm-up does.
     warm = "xml.dom.minidom"
     spec = WorkerGroupSpec(
@@ -402,7 +402,7 @@ def test_a_standby_worker_takes_over_a_dead_rank_then_is_replaced(
         # of free resources lags a little behind the previous test's clean-up.)
         free: list[float] = []
         for _ in range(100):  # bounded: 10 s
-            free.append(ray.available_resources().get("CPU", 0.0))
+            free.append(ray.available_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
             if free[-1] == 2.0:
                 break
             time.sleep(0.1)

@@ -255,7 +255,9 @@ def test_short_runs_back_to_back_keep_their_events_in_order() -> None:
         events = _poll_until(pool, _ended(1))
         assert [e.result for e in events if isinstance(e, FinishedEvent)] == [["a", "b"]]
         pool.launch(wid, wait_for_stop)
-        time.sleep(0.3)  # longer than the idle window: a plain poll call is outstanding
+        # Issue the plain poll call (the launch unparked the worker); it stays outstanding
+        # while the stop arrives.
+        assert pool.poll(0.0) == []
         pool.request_stop(wid)
         events = _poll_until(pool, _ended(1))
         assert [(e.rank, e.stopped) for e in events if isinstance(e, FinishedEvent)] == [

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lumos.runtime._internal.errors import RuntimeUsageError
+
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
@@ -76,7 +78,9 @@ def running(ctx: JobContext) -> Iterator[JobContext]:
     one job per worker process.
     """
     if not isinstance(ctx, JobContext):
-        raise TypeError(f"ctx={ctx!r} is invalid: must be a lumos.runtime.context.JobContext")
+        raise RuntimeUsageError(
+            f"ctx={ctx!r} is invalid: must be a lumos.runtime.context.JobContext"
+        )
     with _lock:
         _stack.append(ctx)
     try:

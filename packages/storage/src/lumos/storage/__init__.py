@@ -1,5 +1,7 @@
 """lumos.storage: crash-safe run storage and checkpoints on any fsspec filesystem.
 
+Names are loaded on first use (PEP 562).
+
 Example:
     >>> from lumos.storage import RunStorage, RunState, CheckpointRecord
     >>> storage = RunStorage("memory://runs", "run-42")
@@ -11,37 +13,78 @@ Example:
 
 from __future__ import annotations
 
-from lumos.storage._internal.checkpoint import Checkpoint
-from lumos.storage._internal.errors import (
-    InvalidNameError,
-    LeaseHeldError,
-    MissingBackendError,
-    RunStateError,
-    StorageError,
-)
-from lumos.storage._internal.filesystem import resolve_filesystem
-from lumos.storage._internal.lease import Lease
-from lumos.storage._internal.names import validate_name
-from lumos.storage._internal.retention import CheckpointConfig, RetentionPolicy
-from lumos.storage._internal.run_storage import RunStorage
-from lumos.storage._internal.state import AttemptRecord, CheckpointRecord, RunState
+from typing import TYPE_CHECKING
+
+from lumos.storage._internal.lazy import lazy_attributes as lazy_attributes
 from lumos.storage._version import __version__
 
-__all__ = [
-    "AttemptRecord",
-    "Checkpoint",
-    "CheckpointConfig",
-    "CheckpointRecord",
-    "InvalidNameError",
-    "Lease",
-    "LeaseHeldError",
-    "MissingBackendError",
-    "RetentionPolicy",
-    "RunState",
-    "RunStateError",
-    "RunStorage",
-    "StorageError",
-    "__version__",
-    "resolve_filesystem",
-    "validate_name",
-]
+if TYPE_CHECKING:
+    from lumos.storage._internal.checkpoint import (
+        Checkpoint as Checkpoint,
+    )
+    from lumos.storage._internal.errors import (
+        InvalidNameError as InvalidNameError,
+        LeaseHeldError as LeaseHeldError,
+        MissingBackendError as MissingBackendError,
+        RunStateError as RunStateError,
+        StorageError as StorageError,
+        StorageUsageError as StorageUsageError,
+    )
+    from lumos.storage._internal.filesystem import (
+        is_local as is_local,
+        resolve_filesystem as resolve_filesystem,
+    )
+    from lumos.storage._internal.jsonable import (
+        json_default as json_default,
+        to_jsonable as to_jsonable,
+    )
+    from lumos.storage._internal.lease import (
+        Lease as Lease,
+    )
+    from lumos.storage._internal.names import (
+        validate_name as validate_name,
+    )
+    from lumos.storage._internal.retention import (
+        CheckpointConfig as CheckpointConfig,
+        RetentionPolicy as RetentionPolicy,
+    )
+    from lumos.storage._internal.run_storage import (
+        RunStorage as RunStorage,
+    )
+    from lumos.storage._internal.state import (
+        AttemptRecord as AttemptRecord,
+        CheckpointRecord as CheckpointRecord,
+        RunState as RunState,
+    )
+
+_ERRORS = "lumos.storage._internal.errors"
+_FILESYSTEM = "lumos.storage._internal.filesystem"
+_JSONABLE = "lumos.storage._internal.jsonable"
+_RETENTION = "lumos.storage._internal.retention"
+_STATE = "lumos.storage._internal.state"
+
+_LAZY: dict[str, str] = {
+    "Checkpoint": "lumos.storage._internal.checkpoint",
+    "InvalidNameError": _ERRORS,
+    "LeaseHeldError": _ERRORS,
+    "MissingBackendError": _ERRORS,
+    "RunStateError": _ERRORS,
+    "StorageError": _ERRORS,
+    "StorageUsageError": _ERRORS,
+    "is_local": _FILESYSTEM,
+    "resolve_filesystem": _FILESYSTEM,
+    "json_default": _JSONABLE,
+    "to_jsonable": _JSONABLE,
+    "Lease": "lumos.storage._internal.lease",
+    "validate_name": "lumos.storage._internal.names",
+    "CheckpointConfig": _RETENTION,
+    "RetentionPolicy": _RETENTION,
+    "RunStorage": "lumos.storage._internal.run_storage",
+    "AttemptRecord": _STATE,
+    "CheckpointRecord": _STATE,
+    "RunState": _STATE,
+}
+
+__getattr__, __dir__, __all__ = lazy_attributes(
+    "lumos.storage", _LAZY, globals(), eager=("__version__", "lazy_attributes")
+)

@@ -29,7 +29,6 @@ from lumos.runtime._internal.session import (
     WorkerInfo,
     WorkerSession,
     run_user_fn,
-    set_session,
 )
 
 ACTOR_MAX_CONCURRENCY = 16
@@ -175,7 +174,6 @@ class WorkerActor:
             outbox.put((ERROR, -1, RemoteError.from_exception(exc, rank=self._rank)))
             return
         self._session = session
-        set_session(session)
         rank = self._rank
 
         def make_error(exc: BaseException) -> RemoteError:
@@ -230,7 +228,7 @@ class WorkerActor:
 
         def action() -> None:
             if self._session is not None:
-                self._session._deliver(value)
+                self._session.deliver(value)
 
         self._in_order(seq, action)
 
@@ -239,14 +237,14 @@ class WorkerActor:
 
         def action() -> None:
             if self._session is not None:
-                self._session._request_stop()
+                self._session.request_stop()
 
         self._in_order(seq, action)
 
     def deliver_control(self, key: tuple[str, int], value: Any) -> None:
         """Answer a barrier / broadcast (owner relay)."""
         if self._session is not None:
-            self._session._deliver_control(key, value)
+            self._session.deliver_control(key, value)
 
     # -- owner polls ------------------------------------------------------------------
     def poll(self, max_wait_s: float) -> bytes:

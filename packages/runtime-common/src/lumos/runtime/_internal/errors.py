@@ -8,7 +8,25 @@ from typing import Any
 
 
 class LumosRuntimeError(Exception):
-    """Base exception of ``lumos.runtime``."""
+    """Base exception of ``lumos.runtime``: every error the runtime raises is one.
+
+    Misuse raises a subclass that is also the matching builtin:
+    ``RuntimeConfigError`` (a ``ValueError``) and ``RuntimeUsageError`` (a ``TypeError``).
+    """
+
+
+class RuntimeConfigError(LumosRuntimeError, ValueError):
+    """An invalid argument or setting; the message names the field, the value and what is allowed.
+
+    It is a ``ValueError`` too, so ``except ValueError`` still catches it.
+    """
+
+
+class RuntimeUsageError(LumosRuntimeError, TypeError):
+    """An argument of the wrong type (e.g. not a ``JobContext``); the message names it.
+
+    It is a ``TypeError`` too, so ``except TypeError`` still catches it.
+    """
 
 
 class WorkerGroupStartError(LumosRuntimeError):
@@ -18,7 +36,7 @@ class WorkerGroupStartError(LumosRuntimeError):
     """
 
 
-class StopRequested(Exception):
+class StopRequested(LumosRuntimeError):
     """Raised in a worker's user thread when the owner asked the job to stop.
 
     A user function that ends by raising it finishes as

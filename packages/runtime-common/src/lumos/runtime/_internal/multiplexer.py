@@ -23,7 +23,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
-from lumos.runtime._internal.errors import RemoteError
+from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError
 from lumos.runtime._internal.events import (
     ErrorEvent,
     Event,
@@ -78,7 +78,7 @@ def decode(key: int, raw: RawEvent, on_collective: CollectiveHandler | None) -> 
         if on_collective is not None:
             on_collective(key, ckey, value)
         return None
-    raise ValueError(f"unknown raw event kind {kind!r}")
+    raise RuntimeConfigError(f"unknown raw event kind {kind!r}")
 
 
 class EventMultiplexer:
@@ -152,14 +152,7 @@ class EventMultiplexer:
         while True:
             now = time.monotonic()
             live = [c for c in self._channels.values() if not c.failed]
-            unpark_at = float("inf")
-            for ch in live:
-                if ch.pending is None:
-                    if ch.parked_at is not None and now < ch.parked_at + self.park_idle_s:
-                        unpark_at = min(unpark_at, ch.parked_at + self.park_idle_s)
-                        continue
-                    ch.parked_at = None
-                    self._issue(ch, now)
+            unpark_at = self._issue_due(live, now)
             polled = [c for c in live if c.pending is not None]
             if not live and not wake:
                 return []
@@ -189,20 +182,41 @@ class EventMultiplexer:
                     woke = True
                     continue
                 events.extend(self._collect(owner, ref))
-            now = time.monotonic()
-            for ch in polled:
-                if ch.failed or ch.pending is None or ch.pending in ready:
-                    continue
-                waited = now - ch.issued_at
-                if waited > self.max_wait_s + self.health_check_timeout_s:
-                    ch.failed = True
-                    ch.hung = True
-                    ch.pending = None
-                    events.append(WorkerHungEvent(ch.key, ch.node_id, waited))
+            events.extend(self._mark_hung(polled, ready, time.monotonic()))
             if events or woke:
                 return events
             if deadline is not None and time.monotonic() >= deadline:
                 return []
+
+    def _issue_due(self, live: list[_Channel], now: float) -> float:
+        """Issue a poll call to every live worker without one (parked ones excepted).
+
+        Returns:
+            When the first parked worker is to be polled again (``inf``: none parked).
+        """
+        unpark_at = float("inf")
+        for ch in live:
+            if ch.pending is None:
+                if ch.parked_at is not None and now < ch.parked_at + self.park_idle_s:
+                    unpark_at = min(unpark_at, ch.parked_at + self.park_idle_s)
+                    continue
+                ch.parked_at = None
+                self._issue(ch, now)
+        return unpark_at
+
+    def _mark_hung(self, polled: list[_Channel], ready: list[Any], now: float) -> list[Event]:
+        """WorkerHungEvent for each overdue poll call; that worker counts as failed."""
+        events: list[Event] = []
+        for ch in polled:
+            if ch.failed or ch.pending is None or ch.pending in ready:
+                continue
+            waited = now - ch.issued_at
+            if waited > self.max_wait_s + self.health_check_timeout_s:
+                ch.failed = True
+                ch.hung = True
+                ch.pending = None
+                events.append(WorkerHungEvent(ch.key, ch.node_id, waited))
+        return events
 
     def _collect(self, ch: _Channel, ref: Any) -> list[Event]:
         ch.pending = None

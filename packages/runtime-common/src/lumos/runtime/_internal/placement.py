@@ -71,3 +71,30 @@ def actor_options(resources: dict[str, float]) -> dict[str, Any]:
     if res:
         opts["resources"] = res
     return opts
+
+
+def infos_keep_ranks(metas: list[dict[str, Any]]) -> list[WorkerInfo]:
+    """WorkerInfos for workers whose world rank is fixed (index of ``metas``).
+
+    After some ranks were replaced, local ranks and node ranks are recomputed from
+    where every worker now runs, but no world rank changes.
+    """
+    _, infos = assign_ranks(metas, None)
+    by_pid = {(i.node_id, i.pid): i for i in infos}
+    out: list[WorkerInfo] = []
+    for rank, m in enumerate(metas):
+        i = by_pid[(m["node_id"], int(m["pid"]))]
+        out.append(
+            WorkerInfo(
+                world_rank=rank,
+                world_size=len(metas),
+                local_rank=i.local_rank,
+                local_world_size=i.local_world_size,
+                node_rank=i.node_rank,
+                node_id=i.node_id,
+                node_ip=i.node_ip,
+                pid=i.pid,
+                gpu_ids=list(i.gpu_ids),
+            )
+        )
+    return out

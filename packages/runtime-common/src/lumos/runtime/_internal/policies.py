@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
-from lumos.runtime._internal.errors import RemoteError
+from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError
 
 
 class FailureKind(enum.Enum):
@@ -20,8 +21,9 @@ class FailureKind(enum.Enum):
     """The worker process is gone (killed, OOM, node lost)."""
     HUNG = "hung"
     """The worker stopped answering health checks."""
-    SCHEDULING_TIMEOUT = "scheduling_timeout"
-    """The workers could not be placed in time."""
+    START_FAILED = "start_failed"
+    """The worker group could not be started (placement, actor start or backend set-up);
+    the failure's message says which step failed and why."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class WorkerFailure:
     """One worker's failure, as given to ``FailurePolicy.make_decision``.
 
     Attributes:
-        rank: World rank of the worker (-1 when not about one worker, e.g. scheduling).
+        rank: World rank of the worker (-1 when not about one worker, e.g. a group start).
         kind: What went wrong.
         node_id: Node of the worker, when known.
         error: The remote error for USER_ERROR.
@@ -52,14 +54,15 @@ class FailureAction(enum.Enum):
 
 @dataclass(frozen=True)
 class FailureDecision:
-    """The failure policy's answer.
+    """The failure policy's answer; it carries its own explanation.
 
     Attributes:
         action: ``FailureAction.RETRY`` or ``FailureAction.RAISE`` (also reachable as
             ``FailureDecision.RETRY`` / ``FailureDecision.RAISE``).
         reason: Human-readable why; when the limit is exceeded it names
-            ``FailureConfig(max_failures=N)``.
+            ``FailureConfig(max_failures=N)`` and the way out.
         failures: The failures count including this one.
+        allowed: How many failures the policy tolerates (``None``: unlimited).
     """
 
     RETRY: ClassVar[FailureAction] = FailureAction.RETRY
@@ -68,14 +71,22 @@ class FailureDecision:
     action: FailureAction
     reason: str
     failures: int = 0
+    allowed: int | None = None
 
     @property
     def should_retry(self) -> bool:
         """True for RETRY."""
         return self.action is FailureAction.RETRY
 
+    @property
+    def progress(self) -> str:
+        """``"failure 2 of 3"`` (or ``"failure 2 of unlimited"``), for console lines."""
+        limit = "unlimited" if self.allowed is None else str(self.allowed)
+        return f"failure {self.failures} of {limit}"
 
-def _describe(failures: list[WorkerFailure]) -> str:
+
+def describe_failures(failures: Sequence[WorkerFailure]) -> str:
+    """One line naming every failed rank, its kind and message."""
     parts = []
     for f in failures:
         where = f"rank {f.rank}" if f.rank >= 0 else "group"
@@ -84,18 +95,37 @@ def _describe(failures: list[WorkerFailure]) -> str:
     return "; ".join(parts) if parts else "no details"
 
 
-class FailurePolicy:
-    """Decides RETRY or RAISE after a failure; user and system errors both count.
+class FailurePolicy(ABC):
+    """Decides RETRY or RAISE after a failure of a job (a Train run, a Tune trial).
 
     One call to ``make_decision`` is one failure of the job (however many workers
-    failed together).
+    failed together). Subclass it to plug in your own rule; a policy never does I/O.
+    """
+
+    @abstractmethod
+    def make_decision(
+        self, failures: Sequence[WorkerFailure], failures_so_far: int
+    ) -> FailureDecision:
+        """Decide what to do about ``failures``.
+
+        Args:
+            failures: The workers that failed this time (one or more).
+            failures_so_far: Failures already handled before this one.
+
+        Returns:
+            The decision, with its reason.
+        """
+
+
+class DefaultFailurePolicy(FailurePolicy):
+    """RETRY while the failures stay within ``max_failures``; user and system errors both count.
 
     Args:
         max_failures: Failures tolerated: ``-1`` unlimited, ``0`` none (fail at once),
             ``N`` retry up to N times.
 
     Example:
-        >>> policy = FailurePolicy(max_failures=1)
+        >>> policy = DefaultFailurePolicy(max_failures=1)
         >>> f = [WorkerFailure(0, FailureKind.ACTOR_DIED, message="killed")]
         >>> policy.make_decision(f, failures_so_far=0).action
         <FailureAction.RETRY: 'retry'>
@@ -105,35 +135,36 @@ class FailurePolicy:
 
     def __init__(self, max_failures: int) -> None:
         if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < -1:
-            raise ValueError(
+            raise RuntimeConfigError(
                 f"max_failures={max_failures!r} is invalid: must be an int >= -1 (-1 = unlimited)"
             )
         self.max_failures = max_failures
 
-    def make_decision(self, failures: list[WorkerFailure], failures_so_far: int) -> FailureDecision:
-        """Decide what to do about ``failures``.
-
-        Args:
-            failures: The workers that failed this time (one or more).
-            failures_so_far: Failures already handled before this one.
-
-        Returns:
-            RETRY while the total stays within ``max_failures``, else RAISE.
-        """
+    def make_decision(
+        self, failures: Sequence[WorkerFailure], failures_so_far: int
+    ) -> FailureDecision:
+        """RETRY while the total stays within ``max_failures``, else RAISE."""
         if failures_so_far < 0:
-            raise ValueError(f"failures_so_far={failures_so_far!r} is invalid: must be >= 0")
+            raise RuntimeConfigError(
+                f"failures_so_far={failures_so_far!r} is invalid: must be >= 0"
+            )
         total = failures_so_far + 1
-        what = _describe(failures)
-        if self.max_failures == -1 or total <= self.max_failures:
-            limit = "unlimited" if self.max_failures == -1 else str(self.max_failures)
+        allowed = None if self.max_failures == -1 else self.max_failures
+        what = describe_failures(failures)
+        if allowed is None or total <= allowed:
+            limit = "unlimited" if allowed is None else str(allowed)
             return FailureDecision(
-                FailureAction.RETRY, f"failure {total} of {limit} allowed, retrying: {what}", total
+                FailureAction.RETRY,
+                f"failure {total} of {limit} allowed, retrying: {what}",
+                total,
+                allowed,
             )
         return FailureDecision(
             FailureAction.RAISE,
             f"exceeded FailureConfig(max_failures={self.max_failures}) after {total} failure(s); "
             f"last: {what}. Raise max_failures (-1 = unlimited) to retry more.",
             total,
+            allowed,
         )
 
 
@@ -177,7 +208,7 @@ class FixedScalingPolicy(ScalingPolicy):
 
     def __init__(self, num_workers: int) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers={num_workers!r} is invalid: must be an int >= 1")
+            raise RuntimeConfigError(f"num_workers={num_workers!r} is invalid: must be an int >= 1")
         self.num_workers = num_workers
 
     def make_decision(
@@ -211,13 +242,15 @@ class ElasticScalingPolicy(ScalingPolicy):
             or not isinstance(self.min_workers, int)
             or self.min_workers < 1
         ):
-            raise ValueError(f"min_workers={self.min_workers!r} is invalid: must be an int >= 1")
+            raise RuntimeConfigError(
+                f"min_workers={self.min_workers!r} is invalid: must be an int >= 1"
+            )
         if not isinstance(self.max_workers, int) or self.max_workers < self.min_workers:
-            raise ValueError(
+            raise RuntimeConfigError(
                 f"max_workers={self.max_workers!r} is invalid: must be an int >= min_workers ({self.min_workers})"
             )
         if not any(v > 0 for v in self.resources_per_worker.values()):
-            raise ValueError(
+            raise RuntimeConfigError(
                 f"resources_per_worker={self.resources_per_worker!r} is invalid: need one amount > 0"
             )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lumos.runtime._internal.current import CurrentSlot
 from lumos.runtime._internal.errors import StopRequested
 
 # Raw event kinds as they travel from worker to owner (tuples are cheap to pickle).
@@ -200,7 +201,33 @@ class WorkerSession:
         self._outbox.put((COLLECTIVE, -1, (key, value if rank == 0 else None)))
         return self._wait_control(key)
 
-    # -- runtime side -----------------------------------------------------------------
+    # -- runtime side (the worker actor and the in-process fakes; not for user code) ---
+    def deliver(self, value: Any) -> None:
+        """Append ``value`` to the inbox that ``receive()`` reads (runtime side).
+
+        Called by the worker actor for ``WorkerGroup.send`` / ``WorkerPool.send`` and by
+        the fakes of ``lumos.runtime.testing``; user functions use ``receive()``.
+        """
+        with self._cond:
+            self._inbox.append(value)
+            self._cond.notify_all()
+
+    def deliver_control(self, key: tuple[str, int], value: Any) -> None:
+        """Release the barrier / broadcast ``key`` with ``value`` (runtime side, owner relay)."""
+        with self._cond:
+            self._control[key] = value
+            self._cond.notify_all()
+
+    def request_stop(self) -> None:
+        """Set the stop flag and ``stop_event``; wakes ``receive()`` / ``barrier()`` (runtime side).
+
+        User functions see it as ``stop_requested`` or ``StopRequested``.
+        """
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self.stop_event.set()
+
     def _world_size(self) -> int:
         return self.info.world_size if self.info is not None else 1
 
@@ -214,50 +241,24 @@ class WorkerSession:
                     raise StopRequested("the owner requested a stop")
                 self._cond.wait()
 
-    def _deliver(self, value: Any) -> None:
-        with self._cond:
-            self._inbox.append(value)
-            self._cond.notify_all()
 
-    def _deliver_control(self, key: tuple[str, int], value: Any) -> None:
-        with self._cond:
-            self._control[key] = value
-            self._cond.notify_all()
+current_session: CurrentSlot[WorkerSession] = CurrentSlot()
+"""The session of the job running in this process (one job per worker process at a time).
 
-    def _request_stop(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self.stop_event.set()
-
-
-# The session of this process (one job per worker process at a time). A global rather
-# than a thread-local so threads the user function starts see it too. The in-process
-# fake group runs several workers in one process and sets a thread-local override.
-_current: WorkerSession | None = None
-_local = threading.local()
+``run_user_fn`` activates it in the user thread, so that thread sees it first and any
+thread the user function starts sees it as the process's only active session. The
+in-process fakes run several workers as threads of one process: each thread sees its
+own session. Ending a function deactivates only its own session, so a newer launch's
+session is never cleared by an older thread.
+"""
 
 
 def get_session() -> WorkerSession | None:
-    """The session of the job running in this process, or ``None`` outside a worker."""
-    override: WorkerSession | None = getattr(_local, "session", None)
-    return override if override is not None else _current
+    """The session of the job running in this process, or ``None`` outside a worker.
 
-
-def set_session(session: WorkerSession | None) -> None:
-    global _current
-    _current = session
-
-
-def set_thread_session(session: WorkerSession | None) -> None:
-    _local.session = session
-
-
-def clear_session(session: WorkerSession) -> None:
-    """Unset the process session if it is still ``session`` (a newer launch keeps its own)."""
-    global _current
-    if _current is session:
-        _current = None
+    Inside a user function (and in threads it starts) this is its ``WorkerSession``.
+    """
+    return current_session.get()
 
 
 def run_user_fn(
@@ -268,15 +269,20 @@ def run_user_fn(
     outbox: Outbox,
     make_error: Callable[[BaseException], Any],
 ) -> None:
-    """Body of the user thread: run ``fn`` and queue FINISHED or ERROR."""
+    """Body of the user thread: make ``session`` current, run ``fn``, queue FINISHED or ERROR.
+
+    The session is deactivated before the outcome is queued, so an owner that sees the
+    outcome and launches again never finds the old session current.
+    """
+    current_session.activate(session)
     try:
         result = fn(*args, **kwargs)
     except StopRequested:
-        clear_session(session)
+        current_session.deactivate(session)
         outbox.put((FINISHED, -1, (None, True)))
     except BaseException as exc:
-        clear_session(session)
+        current_session.deactivate(session)
         outbox.put((ERROR, -1, make_error(exc)))
     else:
-        clear_session(session)
+        current_session.deactivate(session)
         outbox.put((FINISHED, -1, (result, False)))

@@ -11,18 +11,15 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from lumos.runtime._internal.actor_factory import kill_quietly, new_worker_actor
 from lumos.runtime._internal.closing import ShutsDownOnExit
-from lumos.runtime._internal.errors import LumosRuntimeError
+from lumos.runtime._internal.errors import LumosRuntimeError, RuntimeConfigError
 from lumos.runtime._internal.events import Event, WorkerDiedEvent
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
 from lumos.runtime._internal.pg_owner import actor_id_of, remove_placement_groups_of
 from lumos.runtime._internal.placement import actor_options
-from lumos.runtime._internal.worker_group import (
-    kill_quietly,
-    new_worker_actor,
-    validate_env_vars,
-    validate_resources,
-)
+from lumos.runtime._internal.ray_init import ensure_ray
+from lumos.runtime._internal.spec import validate_env_vars, validate_resources
 
 logger = logging.getLogger("lumos.runtime")
 
@@ -77,7 +74,7 @@ class WorkerPool(ShutsDownOnExit):
         validate_resources(resources_per_worker, allow_zero=True)
         validate_env_vars(env_vars or {})
         if not health_check_timeout_s > 0:
-            raise ValueError(
+            raise RuntimeConfigError(
                 f"health_check_timeout_s={health_check_timeout_s!r} is invalid: must be > 0"
             )
         self.resources_per_worker = dict(resources_per_worker)
@@ -98,8 +95,7 @@ class WorkerPool(ShutsDownOnExit):
             The worker id (used as ``rank`` in its events).
         """
         self._check_open()
-        if not ray.is_initialized():
-            ray.init()
+        ensure_ray()
         wid = self._next_id
         self._next_id += 1
         actor = new_worker_actor(actor_options(self.resources_per_worker))

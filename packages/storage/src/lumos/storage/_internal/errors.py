@@ -13,6 +13,10 @@ class StorageError(Exception):
     """Base class of every error raised by ``lumos.storage``."""
 
 
+class StorageUsageError(StorageError, ValueError):
+    """A storage call was given a value it cannot accept (the message names it)."""
+
+
 class InvalidNameError(StorageError, ValueError):
     """A run name or checkpoint directory name is not a safe single path component.
 

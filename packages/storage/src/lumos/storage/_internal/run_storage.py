@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 
 from lumos.storage._internal import filesystem as fsu
 from lumos.storage._internal.checkpoint import Checkpoint
-from lumos.storage._internal.errors import RunStateError
+from lumos.storage._internal.errors import RunStateError, StorageUsageError
 from lumos.storage._internal.lease import LEASE_FILE, Lease
 from lumos.storage._internal.names import validate_name, validate_relpath
 from lumos.storage._internal.retention import RetentionPolicy
@@ -171,7 +172,9 @@ class RunStorage:
     def save_state(self, state: RunState) -> None:
         """Write the run state atomically (tmp + fsync + rename locally; one put on object stores)."""
         if state.name != self.name:
-            raise ValueError(f"state.name={state.name!r} does not match the run name {self.name!r}")
+            raise StorageUsageError(
+                f"state.name={state.name!r} does not match the run name {self.name!r}"
+            )
         payload = state.model_dump_json(indent=1).encode()
         fsu.atomic_write_bytes(self.fs, self.state_path, payload)
 
@@ -338,6 +341,31 @@ class RunStorage:
         )
         lease._acquire()
         return lease
+
+    @contextlib.contextmanager
+    def leased(self, holder: str | None = None) -> Iterator[Lease]:
+        """Hold the run's lease, renewed in the background, for the ``with`` block.
+
+        The skeleton every driver (a Train ``fit()``, a Tune ``fit()``) runs under:
+        take the lease, keep it alive while working, always release it.
+
+        Args:
+            holder: A label for the holder (default ``host:pid``).
+
+        Raises:
+            LeaseHeldError: A live holder has the lease.
+
+        Example:
+            >>> with RunStorage("memory://runs", "run-42").leased("my driver") as lease:
+            ...     lease.released
+            False
+        """
+        lease = self.acquire_lease(holder)
+        lease.start_renewing()
+        try:
+            yield lease
+        finally:
+            lease.release()
 
     def __repr__(self) -> str:
         return f"RunStorage(uri={self.uri!r})"
