@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import threading
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -140,3 +142,28 @@ def test_api_outside_a_training_function_says_where_to_call_it() -> None:
         train.report({"x": 1})
     with pytest.raises(RuntimeError, match="get_context"):
         train.get_context()
+    with pytest.raises(train.TrainError, match="get_checkpoint"):
+        train.get_checkpoint()
+
+
+def test_misuse_errors_are_train_errors_and_builtin_errors() -> None:
+    assert issubclass(train.TrainConfigError, train.TrainError)
+    assert issubclass(train.TrainConfigError, ValueError)
+    assert issubclass(train.CheckpointReportError, ValueError)
+    assert issubclass(train.NotInTrainingFunctionError, train.TrainError)
+    assert issubclass(train.NotInTrainingFunctionError, RuntimeError)
+    assert issubclass(train.TrainingFailedError, train.TrainError)
+
+
+def test_result_takes_only_its_public_fields(tmp_path: Path) -> None:
+    init = [f.name for f in dataclasses.fields(train.Result) if f.init]
+    assert init == ["metrics", "checkpoint", "best_checkpoints", "path", "error"]
+    result = train.Result(metrics={}, checkpoint=None, best_checkpoints=[], path=str(tmp_path))
+    assert result.metrics_history == []  # reads the (empty) history at ``path``
+
+
+def test_verbose_takes_bools_and_levels() -> None:
+    assert train.RunConfig().verbose == 1
+    assert train.RunConfig(verbose=False).verbose == 0
+    assert train.RunConfig(verbose=True).verbose == 1
+    assert train.RunConfig(verbose=2).verbose == 2

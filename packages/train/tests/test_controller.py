@@ -13,54 +13,13 @@ from typing import Any
 import pytest
 import train_fns
 from conftest import run_config
+from fake_runs import Recorder, make, states
 
 from lumos import train
-from lumos.runtime import FailureKind, WorkerFailure, WorkerGroupStartError
-from lumos.runtime.context import JobContext, running
+from lumos.runtime import FailureKind, WorkerGroupProtocol, WorkerGroupStartError
 from lumos.runtime.testing import FakeCluster, FakeWorkerGroup
-from lumos.storage import LeaseHeldError, RunStorage
-
-
-def make(
-    fn: Any,
-    config: dict[str, Any] | None,
-    tmp_path: Path,
-    cluster: FakeCluster,
-    *,
-    workers: int = 2,
-    name: str = "run",
-    **run_kwargs: Any,
-) -> train.DataParallelTrainer:
-    trainer = train.DataParallelTrainer(
-        fn,
-        train_loop_config=config,
-        scaling_config=train.ScalingConfig(num_workers=workers),
-        run_config=run_config(tmp_path, name, **run_kwargs),
-    )
-    trainer._group_factory = cluster.start
-    return trainer
-
-
-def states(trainer: train.DataParallelTrainer) -> list[str]:
-    assert trainer._last_controller is not None
-    return [s.name for s in trainer._last_controller.history]
-
-
-class Recorder(train.Callback):
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-
-    def on_report(self, metrics: dict[str, Any], checkpoint: train.Checkpoint | None) -> None:
-        self.calls.append(("report", (metrics.get("step", metrics.get("i")), checkpoint)))
-
-    def on_failure(self, failures: list[WorkerFailure], will_restart: bool) -> None:
-        self.calls.append(("failure", ([(f.rank, f.kind) for f in failures], will_restart)))
-
-    def on_restart(self, attempt: int, checkpoint: train.Checkpoint | None) -> None:
-        self.calls.append(("restart", (attempt, checkpoint)))
-
-    def on_finish(self, result: train.Result | None, error: BaseException | None) -> None:
-        self.calls.append(("finish", (result is not None, type(error).__name__ if error else None)))
+from lumos.storage import RunStorage
+from lumos.train._internal.backend import Backend
 
 
 def test_success_commits_every_checkpoint_and_keeps_history(tmp_path: Path) -> None:
@@ -276,113 +235,6 @@ def test_retention_keeps_best_n_by_score_plus_latest(tmp_path: Path) -> None:
     assert on_disk == kept
 
 
-def _ctx(tmp_path: Path, report: Any, stop_event: threading.Event) -> JobContext:
-    return JobContext(
-        kind="tune.trial",
-        name="trial_0",
-        storage_path=str(tmp_path / "trial_0"),
-        storage_filesystem=None,
-        report=report,
-        stop_event=stop_event,
-        stop_error=lambda: KeyError("pruned by the parent"),
-    )
-
-
-def test_job_context_storage_reports_and_parent_exception(tmp_path: Path) -> None:
-    seen: list[int] = []
-
-    class Pruned(Exception):
-        pass
-
-    def report(metrics: dict[str, Any]) -> None:
-        seen.append(metrics["i"])
-        if len(seen) == 5:
-            raise Pruned()
-
-    cluster = FakeCluster()
-    trainer = train.DataParallelTrainer(
-        train_fns.stopping_loop,
-        train_loop_config={},
-        scaling_config=train.ScalingConfig(num_workers=2),
-        run_config=train.RunConfig(verbose=False),
-    )
-    trainer._group_factory = cluster.start
-    with running(_ctx(tmp_path, report, threading.Event())), pytest.raises(Pruned):
-        trainer.fit()
-    assert seen == [0, 1, 2, 3, 4]
-    assert cluster.groups[0].closed
-    assert not cluster.groups[0].leaked_threads
-    state = RunStorage(tmp_path / "trial_0", "train").load_state()
-    assert state is not None
-    assert state.status == "aborted"
-
-
-def test_job_context_stop_event_stops_workers_and_raises_stop_error(tmp_path: Path) -> None:
-    stop = threading.Event()
-
-    def report(metrics: dict[str, Any]) -> None:
-        if metrics["i"] == 3:
-            stop.set()
-
-    cluster = FakeCluster()
-    trainer = train.DataParallelTrainer(
-        train_fns.stopping_loop,
-        train_loop_config={},
-        scaling_config=train.ScalingConfig(num_workers=2),
-        run_config=train.RunConfig(verbose=False),
-    )
-    trainer._group_factory = cluster.start
-    with running(_ctx(tmp_path, report, stop)), pytest.raises(KeyError, match="pruned"):
-        trainer.fit()
-    assert states(trainer)[-1] == "aborted"
-    assert cluster.groups[0].closed
-    assert not cluster.groups[0].leaked_threads
-
-
-def test_job_level_restore_resumes_then_returns_the_finished_result(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    config = {"steps": 5, "die": {"rank": 1, "step": 3, "how": "raise"}}
-    cluster = FakeCluster()
-    with pytest.raises(train.TrainingFailedError):
-        make(train_fns.checkpointing_loop, config, tmp_path, cluster).fit()
-    # same RunConfig(storage_path, name): resumes from checkpoint_2 (attempt 1 does not fail)
-    trainer = make(train_fns.checkpointing_loop, config, tmp_path, cluster, verbose=True)
-    result = trainer.fit()
-    assert result.metrics == {"step": 4, "start": 3, "attempt": 1}
-    assert (
-        "resuming run 'run' (it was errored) from checkpoint 'checkpoint_2'"
-        in capsys.readouterr().err
-    )
-    # a finished run is not trained again
-    groups = len(cluster.groups)
-    again = make(train_fns.checkpointing_loop, config, tmp_path, cluster, verbose=True).fit()
-    assert len(cluster.groups) == groups
-    assert again.metrics == result.metrics
-    assert again.checkpoint == result.checkpoint
-    assert "already finished" in capsys.readouterr().err
-    assert train.Result.from_path(str(tmp_path / "run")).metrics["step"] == 4
-
-
-def test_a_second_live_driver_is_refused(tmp_path: Path) -> None:
-    storage = RunStorage(tmp_path, "run")
-    with storage.acquire_lease():
-        with pytest.raises(LeaseHeldError):
-            make(train_fns.metrics_only_loop, {"n": 1}, tmp_path, FakeCluster()).fit()
-
-
-def test_uncommitted_leftovers_are_removed_on_restore(tmp_path: Path) -> None:
-    trainer = make(train_fns.checkpointing_loop, {"steps": 2}, tmp_path, FakeCluster())
-    storage = RunStorage(tmp_path, "run")
-    from lumos.storage import RunState
-
-    storage.save_state(RunState(name="run", status="aborted"))
-    (tmp_path / "run" / "checkpoint_9").mkdir()
-    (tmp_path / "run" / "checkpoint_9" / "half.bin").write_bytes(b"x")
-    trainer.fit()
-    assert not (tmp_path / "run" / "checkpoint_9").exists()
-
-
 def test_callback_exception_stops_the_run(tmp_path: Path) -> None:
     class Boom(train.Callback):
         def on_report(self, metrics: dict[str, Any], checkpoint: Any) -> None:
@@ -396,77 +248,13 @@ def test_callback_exception_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_that_a_finished_rank_never_reported_fails_clearly(tmp_path: Path) -> None:
-    trainer = make(train_fns.uneven_checkpoints, {}, tmp_path, FakeCluster())
+    # both orders of "rank 1 returned" and "rank 0 reported" are unit-tested in
+    # test_report_aggregator.py; here rank 0 reports after rank 1 returned
+    config = {"key": f"{tmp_path}:uneven"}
+    train_fns.EVENTS[config["key"]] = threading.Event()
+    trainer = make(train_fns.uneven_checkpoints, config, tmp_path, FakeCluster())
     with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] returned without"):
         trainer.fit()
-
-
-def test_ctrl_c_aborts_and_the_next_fit_resumes(tmp_path: Path) -> None:
-    class Interrupt(train.Callback):
-        def on_report(self, metrics: dict[str, Any], checkpoint: Any) -> None:
-            if metrics["step"] == 2 and checkpoint is not None:
-                raise KeyboardInterrupt
-
-    cluster = FakeCluster()
-    config = {"steps": 5}
-    with pytest.raises(KeyboardInterrupt):
-        make(train_fns.checkpointing_loop, config, tmp_path, cluster, callbacks=[Interrupt()]).fit()
-    assert cluster.groups[0].closed
-    state = RunStorage(tmp_path, "run").load_state()
-    assert state is not None
-    assert state.status == "aborted"
-    result = make(train_fns.checkpointing_loop, config, tmp_path, cluster).fit()
-    assert result.metrics["step"] == 4
-    assert result.metrics["start"] == 3
-
-
-@pytest.mark.parametrize("then", ["raise", "stop"])
-def test_an_ended_run_removes_its_uncommitted_upload_and_keeps_committed_ones(
-    tmp_path: Path, then: str
-) -> None:
-    # ISSUE6 F1: a failed or pruned run (never resumed) must not leave checkpoint_2 behind
-    config = {"key": f"{tmp_path}:{then}", "then": then}
-    uploaded = train_fns.EVENTS[config["key"] + ":uploaded"] = threading.Event()
-    stop = train_fns.EVENTS[config["key"] + ":stop"] = threading.Event()
-    trainer = train.DataParallelTrainer(
-        train_fns.upload_then_end,
-        train_loop_config=config,
-        scaling_config=train.ScalingConfig(num_workers=2),
-        run_config=train.RunConfig(verbose=False),
-    )
-    cluster = FakeCluster()
-    trainer._group_factory = cluster.start
-    expected: type[BaseException] = train.TrainingFailedError if then == "raise" else KeyError
-    with running(_ctx(tmp_path, lambda m: None, stop)), pytest.raises(expected):
-        trainer.fit()
-    assert cluster.groups[0].closed
-    assert uploaded.is_set()
-    storage = RunStorage(tmp_path / "trial_0", "train")
-    state = storage.load_state()
-    assert state is not None
-    assert state.status == ("errored" if then == "raise" else "aborted")
-    assert storage.list_uncommitted() == []
-    assert state.checkpoint_names() == ["checkpoint_0", "checkpoint_1"]
-    on_disk = sorted(p.name for p in Path(storage.run_path).iterdir() if p.name != "_lumos")
-    assert on_disk == ["checkpoint_0", "checkpoint_1"]
-
-
-def test_a_storage_error_while_removing_leftovers_does_not_hide_the_runs_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def broken(self: RunStorage, reserved: Any = ()) -> list[str]:
-        raise OSError("storage unreachable")
-
-    monkeypatch.setattr(RunStorage, "delete_uncommitted", broken)
-    config = {"key": str(tmp_path), "then": "raise"}
-    train_fns.EVENTS[config["key"] + ":uploaded"] = threading.Event()
-    trainer = make(train_fns.upload_then_end, config, tmp_path, FakeCluster(), verbose=True)
-    with pytest.raises(train.TrainingFailedError, match="rank 1 fails"):
-        trainer.fit()
-    assert "cleanup step failed: OSError: storage unreachable" in capsys.readouterr().err
-    state = RunStorage(tmp_path, "run").load_state()
-    assert state is not None
-    assert state.status == "errored"
 
 
 @pytest.mark.parametrize("verbose", [True, False])
@@ -483,3 +271,29 @@ def test_waiting_for_resources_reaches_the_console(
         assert err.index(line) < err.index("started 2 worker(s)")
     else:
         assert line not in err
+
+
+class _BrokenBackend(Backend):
+    def prepare_launch(self, group: WorkerGroupProtocol) -> None:
+        raise OSError("no free port")
+
+
+class _BrokenBackendTrainer(train.DataParallelTrainer):
+    def _backend(self) -> Backend:
+        return _BrokenBackend()
+
+
+def test_a_backend_setup_failure_says_so_and_counts_as_a_start_failure(tmp_path: Path) -> None:
+    rec = Recorder()
+    trainer = _BrokenBackendTrainer(
+        train_fns.metrics_only_loop,
+        train_loop_config={"n": 1},
+        run_config=run_config(tmp_path, callbacks=[rec]),
+        _group_factory=FakeCluster().start,
+    )
+    with pytest.raises(
+        train.TrainingFailedError,
+        match=r"could not set up the training backend on the workers: OSError: no free port",
+    ):
+        trainer.fit()
+    assert ("failure", ([(-1, FailureKind.START_FAILED)], False)) in rec.calls

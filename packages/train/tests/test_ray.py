@@ -143,7 +143,7 @@ ray.init(address={address!r}, log_to_driver=False)
 from lumos import train
 train.DataParallelTrainer(
     train_fns.checkpointing_loop,
-    train_loop_config={{"steps": 40, "sleep_s": 0.25}},
+    train_loop_config={{"steps": 40, "hold": {{"step": 3, "until": {hold!r}}}}},
     scaling_config=train.ScalingConfig(num_workers=2),
     run_config=train.RunConfig(name="driver-kill", storage_path={path!r}),
 ).fit()
@@ -153,7 +153,14 @@ train.DataParallelTrainer(
 def test_job_level_restore_after_the_driver_is_sigkilled(tmp_path: Path, ray_cluster: str) -> None:
     script = tmp_path / "driver.py"
     script.write_text(
-        textwrap.dedent(DRIVER.format(tests=str(HERE), address=ray_cluster, path=str(tmp_path)))
+        textwrap.dedent(
+            DRIVER.format(
+                tests=str(HERE),
+                address=ray_cluster,
+                path=str(tmp_path),
+                hold=str(tmp_path / "never-created"),
+            )
+        )
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL)
     storage = RunStorage(tmp_path, "driver-kill")
@@ -215,7 +222,7 @@ def test_peer_blocked_in_a_collective_is_released_when_a_rank_fails(tmp_path: Pa
     from lumos.train._internal.controller.state import SchedulingState
 
     scheduling = [s for s in trainer._last_controller.history if isinstance(s, SchedulingState)]
-    assert [s.replace_ranks for s in scheduling] == [None, ()]  # no fallback to a new group
+    assert [s.keep_group for s in scheduling] == [False, True]  # no fallback to a new group
 
 
 def test_parent_job_stop_leaves_no_actors_or_placement_groups(tmp_path: Path) -> None:

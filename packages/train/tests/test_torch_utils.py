@@ -25,8 +25,8 @@ def test_data_loader_is_sharded_and_reshuffled_every_epoch(tmp_path: Path, shuff
         train_loop_config={"n": 20, "shuffle": shuffle, "out": str(out)},
         scaling_config=train.ScalingConfig(num_workers=2),
         run_config=run_config(tmp_path),
+        _group_factory=FakeCluster().start,
     )
-    trainer._group_factory = FakeCluster().start
     trainer.fit()
     r0 = json.loads((out / "rank0.json").read_text())
     r1 = json.loads((out / "rank1.json").read_text())

@@ -36,8 +36,10 @@ def _save(step: int, extra: dict[str, Any] | None = None) -> train.Checkpoint:
 def checkpointing_loop(config: dict[str, Any]) -> None:
     """Report ``steps`` checkpoints; resume from the latest one.
 
-    Options: ``sleep_s`` per step; ``die`` = {"rank", "step", "how"} kills/fails that
-    rank at that step in attempt 0 (``how``: sigkill | raise | hang).
+    Options: ``die`` = {"rank", "step", "how"} kills/fails that rank at that step in
+    attempt 0 (``how``: sigkill | raise | hang); ``hold`` = {"step", "until"} makes every
+    rank wait before that step until the file ``until`` exists (the test kills the run
+    meanwhile; after 300 s it fails).
     """
     start = _resume_step()
     ctx = train.get_context()
@@ -56,12 +58,20 @@ def checkpointing_loop(config: dict[str, Any]) -> None:
                 raise ValueError(f"boom at step {step}")
             elif how == "hang":
                 time.sleep(3600)
+        if config.get("hold") and step == config["hold"]["step"]:
+            _wait_for_file(config["hold"]["until"])
         metrics = {"step": step, "start": start, "attempt": ctx.get_attempt()}
         if "losses" in config:
             metrics["loss"] = config["losses"][step]
         train.report(metrics, checkpoint=_save(step))
-        if config.get("sleep_s"):
-            time.sleep(config["sleep_s"])
+
+
+def _wait_for_file(path: str, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):  # another process creates it: poll
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
+        time.sleep(0.05)
 
 
 def metrics_only_loop(config: dict[str, Any]) -> None:
@@ -161,10 +171,18 @@ def torch_barrier_loop(config: dict[str, Any]) -> None:
 
 
 def uneven_checkpoints(config: dict[str, Any]) -> None:
-    """Rank 1 returns at once; rank 0 then reports a checkpoint nobody else will."""
-    if train.get_context().get_world_rank() == 0:
-        time.sleep(0.2)
-        train.report({"x": 1}, checkpoint=_save(0))
+    """Rank 1 returns at once; rank 0 then reports a checkpoint nobody else will.
+
+    In-process only: rank 1 sets ``EVENTS[config["key"]]`` as it returns, rank 0 waits
+    for it before reporting.
+    """
+    returned = EVENTS[config["key"]]
+    if train.get_context().get_world_rank() == 1:
+        returned.set()
+        return
+    if not returned.wait(60):
+        raise TimeoutError("rank 1 never returned")
+    train.report({"x": 1}, checkpoint=_save(0))
 
 
 class _SignalAfterUpload(train.Checkpoint):
@@ -209,6 +227,7 @@ def upload_then_end(config: dict[str, Any]) -> None:
         raise ValueError("rank 1 fails while rank 0's checkpoint is not committed")
     EVENTS[config["key"] + ":stop"].set()
     session = worker.get_session()
-    assert session is not None
+    if session is None:
+        raise RuntimeError("upload_then_end runs only in a lumos worker")
     session.stop_event.wait(60)
     train.report({"step": 2})  # raises StopRequested: the controller stopped this worker

@@ -17,27 +17,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lumos.runtime._internal.lazy import lazy_attributes
-from lumos.train._version import __version__
+from lumos.runtime import lazy_attributes
+from lumos.train._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from lumos.storage import Checkpoint, CheckpointConfig
-    from lumos.train._internal.api import get_checkpoint, get_context, report
-    from lumos.train._internal.callback import Callback
+    from lumos.storage import Checkpoint as Checkpoint, CheckpointConfig as CheckpointConfig
+    from lumos.train._internal.api import (
+        get_checkpoint as get_checkpoint,
+        get_context as get_context,
+        report as report,
+    )
+    from lumos.train._internal.callback import Callback as Callback
     from lumos.train._internal.config import (
-        FailureConfig,
-        RunConfig,
-        ScalingConfig,
+        FailureConfig as FailureConfig,
+        RunConfig as RunConfig,
+        ScalingConfig as ScalingConfig,
     )
     from lumos.train._internal.errors import (
-        CheckpointReportError,
-        TrainConfigError,
-        TrainError,
-        TrainingFailedError,
+        CheckpointReportError as CheckpointReportError,
+        NotInTrainingFunctionError as NotInTrainingFunctionError,
+        TrainConfigError as TrainConfigError,
+        TrainError as TrainError,
+        TrainingFailedError as TrainingFailedError,
+        TrainTypeError as TrainTypeError,
     )
-    from lumos.train._internal.result import Result
-    from lumos.train._internal.session import TrainContext
-    from lumos.train._internal.trainer import DataParallelTrainer
+    from lumos.train._internal.result import Result as Result
+    from lumos.train._internal.session import TrainContext as TrainContext
+    from lumos.train._internal.trainer import DataParallelTrainer as DataParallelTrainer
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "lumos.storage",
@@ -50,7 +56,9 @@ _LAZY: dict[str, str] = {
     "RunConfig": "lumos.train._internal.config",
     "ScalingConfig": "lumos.train._internal.config",
     "CheckpointReportError": "lumos.train._internal.errors",
+    "NotInTrainingFunctionError": "lumos.train._internal.errors",
     "TrainConfigError": "lumos.train._internal.errors",
+    "TrainTypeError": "lumos.train._internal.errors",
     "TrainError": "lumos.train._internal.errors",
     "TrainingFailedError": "lumos.train._internal.errors",
     "Result": "lumos.train._internal.result",
@@ -58,25 +66,6 @@ _LAZY: dict[str, str] = {
     "DataParallelTrainer": "lumos.train._internal.trainer",
 }
 
-__all__ = [
-    "Callback",
-    "Checkpoint",
-    "CheckpointConfig",
-    "CheckpointReportError",
-    "DataParallelTrainer",
-    "FailureConfig",
-    "Result",
-    "RunConfig",
-    "ScalingConfig",
-    "TrainConfigError",
-    "TrainContext",
-    "TrainError",
-    "TrainingFailedError",
-    "__version__",
-    "get_checkpoint",
-    "get_context",
-    "report",
-]
-
-
-__getattr__, __dir__ = lazy_attributes("lumos.train", _LAZY, globals(), __all__)
+__getattr__, __dir__, __all__ = lazy_attributes(
+    "lumos.train", _LAZY, globals(), eager=("__version__",)
+)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lumos.train._internal.errors import TrainTypeError
 from lumos.train._internal.session import TrainContext, current_session
 
 if TYPE_CHECKING:
@@ -36,7 +37,11 @@ def report(
     the run: ``fit()`` raises ``TrainingFailedError`` naming the ranks and names.
 
     Raises:
-        RuntimeError: called outside a training function.
+        NotInTrainingFunctionError: called outside a training function (a
+            ``RuntimeError``).
+        CheckpointReportError: ``checkpoint_dir_name`` without a checkpoint (a
+            ``ValueError``).
+        TypeError: ``metrics`` is not a dict.
 
     Example:
         >>> with tempfile.TemporaryDirectory() as d:  # doctest: +SKIP
@@ -45,7 +50,7 @@ def report(
     """
     session = current_session("report")
     if not isinstance(metrics, dict):
-        raise TypeError(f"train.report(metrics) needs a dict, got {type(metrics).__name__}")
+        raise TrainTypeError(f"train.report(metrics) needs a dict, got {type(metrics).__name__}")
     session.report(metrics, checkpoint, checkpoint_dir_name)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lumos.train._internal.session import WorkerHooks
+
+if TYPE_CHECKING:
+    from lumos.runtime import WorkerGroupProtocol
 
 
 class Backend:
@@ -16,7 +19,7 @@ class Backend:
 
     warm_imports: tuple[str, ...] = ()
 
-    def prepare_launch(self, group: Any) -> WorkerHooks | None:
+    def prepare_launch(self, group: WorkerGroupProtocol) -> WorkerHooks | None:
         """Called before every launch of the training function on ``group``.
 
         Returns:

@@ -6,21 +6,17 @@ value and what is allowed.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lumos.runtime._internal.worker_group import validate_resources
-from lumos.storage import CheckpointConfig
+from lumos.runtime import (
+    FailureConfig as BaseFailureConfig,
+    PlacementStrategy,
+    RunConfig as BaseRunConfig,
+    validate_resources,
+)
 from lumos.train._internal.callback import Callback
-
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
-PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-
-DEFAULT_STORAGE_PATH = "~/lumos_results"
 
 
 class _Config(BaseModel):
@@ -77,8 +73,11 @@ class ScalingConfig(_Config):
         return resources
 
 
-class FailureConfig(_Config):
+class FailureConfig(BaseFailureConfig):
     """What to do when a worker fails.
+
+    Extends ``lumos.runtime.FailureConfig`` (``max_failures``,
+    ``health_check_timeout_s``) with how a run restarts.
 
     Args:
         max_failures: how many failures the run may recover from by restarting
@@ -103,40 +102,31 @@ class FailureConfig(_Config):
         3
     """
 
-    max_failures: int = 0
     restart_strategy: Literal["replace_failed", "full_group"] = "replace_failed"
     standby_worker: bool = True
-    health_check_timeout_s: float = Field(default=30.0, gt=0)
-
-    @field_validator("max_failures")
-    @classmethod
-    def _check_max_failures(cls, value: int) -> int:
-        if value < -1:
-            raise ValueError(
-                f"max_failures={value} is not allowed; use -1 (retry forever), "
-                "0 (no retries) or a positive number of retries"
-            )
-        return value
 
 
-class RunConfig(_Config):
+class RunConfig(BaseRunConfig):
     """Where a run writes, what it is called, and how it recovers.
 
-    ``RunConfig(storage_path, name)`` identifies a run: calling ``fit()``
-    again with the same pair resumes that run from its latest checkpoint.
+    Extends ``lumos.runtime.RunConfig`` with Train's ``FailureConfig`` and
+    ``train.Callback`` callbacks. ``RunConfig(storage_path, name)`` identifies a
+    run: calling ``fit()`` again with the same pair resumes that run from its
+    latest checkpoint.
 
     Args:
         name: the run's name (its directory under ``storage_path``). Default:
             a readable unique name such as ``train-2026-11-29_17-40-03-a1b2``;
             inside a Tune trial: ``"train"`` (so a resumed trial resumes it).
         storage_path: local directory or fsspec URL (``s3://bucket/runs``).
-            Default: the enclosing Tune trial's directory, else
+            Default (``None``): the enclosing Tune trial's directory, else
             ``~/lumos_results``.
         storage_filesystem: an fsspec filesystem to use for ``storage_path``.
         failure_config: see ``FailureConfig``.
         checkpoint_config: see ``CheckpointConfig``.
         callbacks: ``train.Callback`` objects; they run in the driver.
-        verbose: print concise state lines to stderr (default True).
+        verbose: print concise state lines to stderr: ``1`` or ``True``
+            (default), ``0`` or ``False`` silences them; ``2`` is accepted too.
 
     Example:
         >>> RunConfig(name="run-42", storage_path="/tmp/runs",
@@ -144,60 +134,7 @@ class RunConfig(_Config):
         'run-42'
     """
 
-    name: str | None = None
-    storage_path: str | None = None
-    storage_filesystem: Any = None
+    callback_type: ClassVar[type] = Callback
+
     failure_config: FailureConfig = Field(default_factory=FailureConfig)
-    checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
     callbacks: list[Callback] = Field(default_factory=list)
-    verbose: bool = True
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from lumos.storage import validate_name
-
-        return validate_name(value, "name")
-
-    @field_validator("storage_path", mode="before")
-    @classmethod
-    def _check_storage_path(cls, value: Any) -> Any:
-        if isinstance(value, os.PathLike):
-            return os.fspath(value)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError(
-                f"storage_path={value!r} is not a path; pass a local directory or an "
-                "fsspec URL such as 's3://bucket/runs'"
-            )
-        return value
-
-    @field_validator("storage_filesystem")
-    @classmethod
-    def _check_fs(cls, value: Any) -> AbstractFileSystem | None:
-        if value is None:
-            return None
-        from fsspec import AbstractFileSystem
-
-        if not isinstance(value, AbstractFileSystem):
-            raise ValueError(
-                f"storage_filesystem={value!r} is not an fsspec filesystem; pass an "
-                "fsspec.AbstractFileSystem (e.g. s3fs.S3FileSystem()) or None"
-            )
-        return value
-
-    @field_validator("callbacks", mode="before")
-    @classmethod
-    def _check_callbacks(cls, value: Any) -> list[Callback]:
-        if not isinstance(value, list | tuple):
-            raise ValueError(
-                f"callbacks={value!r} is not a list; pass a list of train.Callback objects"
-            )
-        for i, cb in enumerate(value):
-            if not isinstance(cb, Callback):
-                raise ValueError(
-                    f"callbacks[{i}]={cb!r} is not a lumos.train.Callback; subclass "
-                    "train.Callback and override the hooks you need"
-                )
-        return list(value)

@@ -31,15 +31,20 @@ def _ensure_handler() -> None:
 
 
 class Console:
-    """Prints state lines when ``verbose``; always logs at DEBUG otherwise."""
+    """Prints state lines when ``verbose`` (``RunConfig.verbose``) is 1 or more.
 
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-        if verbose:
+    With ``verbose=0`` the lines are logged at DEBUG only; warnings always show.
+    """
+
+    def __init__(self, verbose: int) -> None:
+        self.verbose = int(verbose)
+        if self.verbose:
             _ensure_handler()
 
     def info(self, message: str) -> None:
+        """A state line."""
         logger.log(logging.INFO if self.verbose else logging.DEBUG, message)
 
     def warning(self, message: str) -> None:
+        """Something went wrong that does not change the run's outcome."""
         logger.warning(message)

@@ -19,7 +19,23 @@ class TrainConfigError(TrainError, ValueError):
 
 
 class CheckpointReportError(TrainError, ValueError):
-    """Ranks disagreed about a checkpoint in one ``train.report()`` call."""
+    """A ``train.report()`` checkpoint cannot be committed as asked.
+
+    The ranks disagreed about the checkpoint of one report (different
+    ``checkpoint_dir_name`` values, or a rank returned without sending a report
+    the others sent with a checkpoint), or ``checkpoint_dir_name`` was given
+    without a checkpoint.
+    """
+
+
+class TrainTypeError(TrainError, TypeError):
+    """A value of the wrong type was passed to a ``lumos.train`` function (e.g. metrics
+    that are not a dict)."""
+
+
+class NotInTrainingFunctionError(TrainError, RuntimeError):
+    """``train.report()`` / ``get_context()`` / ``get_checkpoint()`` was called outside
+    a training function run by a lumos trainer."""
 
 
 class TrainingFailedError(TrainError):

@@ -39,9 +39,7 @@ class Result:
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]]
     path: str
     error: BaseException | None = None
-    _storage_path: str = field(default="", repr=False)
-    _name: str = field(default="", repr=False)
-    _filesystem: AbstractFileSystem | None = field(default=None, repr=False)
+    _run_storage: RunStorage | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def metrics_history(self) -> list[dict[str, Any]]:
@@ -65,7 +63,10 @@ class Result:
         return pandas.DataFrame(self.metrics_history)
 
     def _storage(self) -> RunStorage:
-        return RunStorage(self._storage_path, self._name, self._filesystem)
+        if self._run_storage is None:  # built by hand: the run is at ``path``
+            parent, name = posixpath.split(self.path.rstrip("/"))
+            self._run_storage = RunStorage(parent, name)
+        return self._run_storage
 
     @classmethod
     def from_path(cls, path: str, storage_filesystem: AbstractFileSystem | None = None) -> Result:
@@ -104,13 +105,12 @@ def result_from_state(
     if metrics is None:
         history = storage.read_metrics()
         metrics = dict(history[-1]) if history else (dict(latest.metrics) if latest else {})
-    return Result(
+    result = Result(
         metrics=metrics,
         checkpoint=checkpoint,
         best_checkpoints=best,
         path=storage.uri,
         error=error,
-        _storage_path=str(storage.storage_path),
-        _name=storage.name,
-        _filesystem=fs,
     )
+    result._run_storage = storage
+    return result

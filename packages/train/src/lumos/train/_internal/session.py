@@ -8,19 +8,22 @@ user thread. Reports travel as small tuples through the runtime session:
   checkpoint directory this rank persisted files into, or ``None``.
 
 For a report with a checkpoint the rank then blocks in ``session.receive()``
-until the controller answers ``("ack", index)`` (committed: every rank
-reported it) or ``("error", index, message)``.
+until the controller answers ``("ack", index)`` (committed: every rank reported
+it). When the ranks disagree about the checkpoint, no answer comes: the
+controller ends the run and stops the workers. This module owns the format:
+the driver reads reports with :func:`decode_report` and answers with
+:func:`ack_message`.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lumos.train._internal.errors import CheckpointReportError
+from lumos.runtime import CurrentSlot
+from lumos.train._internal.errors import CheckpointReportError, NotInTrainingFunctionError
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -34,7 +37,35 @@ if TYPE_CHECKING:
 
 REPORT = "r"
 ACK = "ack"
-ERROR = "error"
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """One rank's ``train.report()`` call as the driver receives it.
+
+    Attributes:
+        index: The report's index in the run (the same on every rank).
+        metrics: The rank's metrics.
+        checkpoint_dir_name: The checkpoint directory the rank persisted files
+            into, or ``None`` (metrics only).
+    """
+
+    index: int
+    metrics: dict[str, Any]
+    checkpoint_dir_name: str | None
+
+
+def decode_report(payload: Any) -> tuple[int, RankReport] | None:
+    """``(attempt, report)`` from a worker's report message; ``None`` for other payloads."""
+    if not (isinstance(payload, tuple) and payload and payload[0] == REPORT):
+        return None
+    _, attempt, index, metrics, dir_name = payload
+    return int(attempt), RankReport(index, metrics, dir_name)
+
+
+def ack_message(index: int) -> tuple[str, int]:
+    """The driver's answer to a report with a checkpoint: committed."""
+    return (ACK, index)
 
 
 def default_checkpoint_dir_name(index: int) -> str:
@@ -158,7 +189,7 @@ class _TrainSession:
         self.next_index += 1
         if checkpoint is None:
             if checkpoint_dir_name is not None:
-                raise ValueError(
+                raise CheckpointReportError(
                     f"train.report(checkpoint_dir_name={checkpoint_dir_name!r}) was given "
                     "without a checkpoint; pass checkpoint=train.Checkpoint.from_directory(...)"
                 )
@@ -176,28 +207,24 @@ class _TrainSession:
             storage.persist_directory(local_dir, dir_name)
         self.runtime.emit((REPORT, self.args.attempt, index, dict(metrics), dir_name))
         answer = self.runtime.receive(None)
-        if answer[0] == ERROR:
-            raise CheckpointReportError(answer[2])
-        if answer[0] != ACK or answer[1] != index:  # pragma: no cover - protocol bug
+        if answer != ack_message(index):  # pragma: no cover - protocol bug
             raise RuntimeError(f"lumos.train: unexpected answer {answer!r} to report {index}")
         self._checkpoint_dir_name = dir_name
 
 
-_local = threading.local()
-_process_current: _TrainSession | None = None
-
-
-def _set_current(session: _TrainSession | None) -> None:
-    global _process_current
-    _local.session = session
-    _process_current = session
+_current: CurrentSlot[_TrainSession] = CurrentSlot()
 
 
 def current_session(api: str) -> _TrainSession:
-    """The session of the calling training thread; helpful error outside of one."""
-    session: _TrainSession | None = getattr(_local, "session", None) or _process_current
+    """The session of the calling training thread; helpful error outside of one.
+
+    Raises:
+        NotInTrainingFunctionError: no training function runs in this process (or
+            several do and the calling thread belongs to none of them).
+    """
+    session = _current.get()
     if session is None:
-        raise RuntimeError(
+        raise NotInTrainingFunctionError(
             f"lumos.train.{api}() can only be called inside a training function run by a "
             "lumos trainer (e.g. TorchTrainer(train_fn, ...).fit())"
         )
@@ -219,7 +246,7 @@ def run_train_worker(
     context = TrainContext(runtime_session.info, args)
     session = _TrainSession(runtime_session, context, args)
     os.environ["LUMOS_TRAIN_RUN_NAME"] = args.run_name
-    _set_current(session)
+    _current.activate(session)
     error: BaseException | None = None
     try:
         if hooks is not None:
@@ -236,5 +263,5 @@ def run_train_worker(
             if hooks is not None:
                 hooks.on_end(context, error)
         finally:
-            _set_current(None)
+            _current.deactivate(session)
     return {"attempt": args.attempt, "reports": session.next_index - args.report_index_base}

@@ -8,17 +8,21 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from lumos.runtime import FailurePolicy, WorkerGroupSpec
-from lumos.runtime import context as job_context
+from lumos.runtime import (
+    DefaultFailurePolicy,
+    GroupFactory,
+    WorkerGroupProtocol,
+    WorkerGroupSpec,
+    context as job_context,
+    ensure_ray,
+)
 from lumos.storage import RunState, RunStorage
 from lumos.train._internal.backend import Backend
-from lumos.train._internal.config import DEFAULT_STORAGE_PATH, RunConfig, ScalingConfig
+from lumos.train._internal.config import RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
-from lumos.train._internal.controller.controller import (
-    ControllerSettings,
-    GroupFactory,
-    TrainController,
-)
+from lumos.train._internal.controller import messages
+from lumos.train._internal.controller.controller import TrainController
+from lumos.train._internal.controller.spec import ControllerSettings, ControllerSpec
 from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.result import Result, result_from_state
 
@@ -101,6 +105,8 @@ class DataParallelTrainer:
         train_loop_config: dict[str, Any] | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        _group_factory: GroupFactory | None = None,
+        _controller_settings: ControllerSettings | None = None,
     ) -> None:
         if not callable(train_loop_per_worker):
             raise TrainConfigError(
@@ -126,10 +132,11 @@ class DataParallelTrainer:
         _check_picklable(train_loop_per_worker, f"train_loop_per_worker={train_loop_per_worker!r}")
         if train_loop_config is not None:
             _check_picklable(train_loop_config, "train_loop_config")
-        # internal seams: tests inject lumos.runtime.testing.FakeCluster.start here
-        self._group_factory: GroupFactory | None = None
+        # test seams (not documented): lumos.runtime.testing.FakeCluster.start, timings
+        self._group_factory = _group_factory
+        self._settings = _controller_settings or ControllerSettings()
+        # the controller of the latest fit(), whose state history tests check
         self._last_controller: TrainController | None = None
-        self._settings = ControllerSettings()
 
     def _backend(self) -> Backend:
         return Backend()
@@ -140,12 +147,8 @@ class DataParallelTrainer:
     def _resolve_storage(self) -> tuple[RunStorage, tuple[str, Any]]:
         rc = self.run_config
         ctx = job_context.current()
-        if rc.storage_path is not None:
-            path, fs = rc.storage_path, rc.storage_filesystem
-        elif ctx is not None:
-            path, fs = ctx.storage_path, rc.storage_filesystem or ctx.storage_filesystem
-        else:
-            path, fs = DEFAULT_STORAGE_PATH, rc.storage_filesystem
+        parent = (ctx.storage_path, ctx.storage_filesystem) if ctx is not None else (None, None)
+        path, fs = rc.storage_location(*parent)
         name = rc.name or ("train" if ctx is not None else _default_run_name())
         return RunStorage(path, name, fs), (path, fs)
 
@@ -165,49 +168,28 @@ class DataParallelTrainer:
             KeyboardInterrupt: on Ctrl-C (after stopping the workers); call
                 ``fit()`` again to resume.
         """
-        rc = self.run_config
-        console = Console(rc.verbose)
+        console = Console(self.run_config.verbose)
         storage, configured = self._resolve_storage()
-        lease = storage.acquire_lease()
-        lease.start_renewing()
-        try:
-            state = storage.load_state()
-            if state is None:
-                state = RunState(name=storage.name)
-                storage.save_state(state)
-                console.info(f"starting run {storage.name!r} in {storage.uri}")
-            elif state.status == "finished":
-                console.info(
-                    f"run {storage.name!r} in {storage.uri} already finished; returning its "
-                    "result without training. To train again, pass a new "
-                    "RunConfig(name=...) or delete that directory."
-                )
+        with storage.leased():
+            state = _load_or_create_state(storage, console)
+            if state.status == "finished":
+                console.info(messages.already_finished_line(storage.name, storage.uri))
                 return result_from_state(storage, state, metrics=None)
-            else:
-                latest = state.latest()
-                removed = storage.delete_uncommitted()
-                where = f"checkpoint {latest.dir_name!r}" if latest else "the start (no checkpoint)"
-                console.info(
-                    f"resuming run {storage.name!r} (it was {state.status}) from {where}"
-                    + (f"; removed unfinished upload(s) {removed}" if removed else "")
-                )
             if self._group_factory is None:
-                _ensure_ray()
-            controller = self._controller(storage, state, console, configured)
+                ensure_ray()
+            controller = TrainController(self._controller_spec(storage, state, console, configured))
             self._last_controller = controller
             return controller.run()
-        finally:
-            lease.release()
 
-    def _controller(
+    def _controller_spec(
         self, storage: RunStorage, state: RunState, console: Console, where: tuple[str, Any]
-    ) -> TrainController:
+    ) -> ControllerSpec:
         rc = self.run_config
         sc = self.scaling_config
         fc = rc.failure_config
         cc = rc.checkpoint_config
         backend = self._backend()
-        spec = WorkerGroupSpec(
+        group_spec = WorkerGroupSpec(
             num_workers=sc.num_workers,
             resources_per_worker=sc.worker_resources(),
             placement_strategy=sc.placement_strategy,
@@ -220,36 +202,42 @@ class DataParallelTrainer:
             ),
             warm_imports=backend.warm_imports,
         )
-        retention = cc.retention() if cc.num_to_keep is not None else None
-        return TrainController(
+        return ControllerSpec(
             train_fn=self.train_loop_per_worker,
             config=self.train_loop_config,
             pass_config=self._pass_config,
-            spec=spec,
+            group_spec=group_spec,
             storage=storage,
             run_state=state,
-            failure_policy=FailurePolicy(fc.max_failures),
-            retention=retention,
-            backend=backend,
             group_factory=self._group_factory or _start_ray_group,
+            failure_policy=DefaultFailurePolicy(fc.max_failures),
+            worker_storage=where,
+            retention=cc.retention() if cc.num_to_keep is not None else None,
+            backend=backend,
             restart_strategy=fc.restart_strategy,
-            callbacks=list(rc.callbacks),
+            callbacks=tuple(rc.callbacks),
             job_context=job_context.current(),
             console=console,
             settings=self._settings,
-            worker_storage=where,
         )
 
 
-def _ensure_ray() -> None:
-    import ray
+def _load_or_create_state(storage: RunStorage, console: Console) -> RunState:
+    """The run's stored state (cleaned up to resume it), or a new one."""
+    state = storage.load_state()
+    if state is None:
+        state = RunState(name=storage.name)
+        storage.save_state(state)
+        console.info(messages.starting_line(storage.name, storage.uri))
+    elif state.status != "finished":
+        removed = storage.delete_uncommitted()
+        console.info(messages.resuming_line(storage.name, state.status, state.latest(), removed))
+    return state
 
-    if not ray.is_initialized():
-        ray.init()
 
-
-def _start_ray_group(spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None) -> Any:
+def _start_ray_group(
+    spec: WorkerGroupSpec, on_waiting: Callable[[str], None] | None = None
+) -> WorkerGroupProtocol:
     from lumos.runtime import WorkerGroup
 
-    _ensure_ray()
     return WorkerGroup.start(spec, on_waiting=on_waiting)

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lumos.runtime._internal.lazy import lazy_attributes
+from lumos.runtime import lazy_attributes
 
 if TYPE_CHECKING:
-    from lumos.train._internal.torch.config import TorchConfig
-    from lumos.train._internal.torch.trainer import TorchTrainer
-    from lumos.train._internal.torch.utils import get_device, prepare_data_loader, prepare_model
+    from lumos.train._internal.torch.config import TorchConfig as TorchConfig
+    from lumos.train._internal.torch.trainer import TorchTrainer as TorchTrainer
+    from lumos.train._internal.torch.utils import (
+        get_device as get_device,
+        prepare_data_loader as prepare_data_loader,
+        prepare_model as prepare_model,
+    )
 
 # loaded on first use: a worker that only calls prepare_model does not import the trainer
 _LAZY: dict[str, str] = {
@@ -29,7 +33,4 @@ _LAZY: dict[str, str] = {
     "prepare_model": "lumos.train._internal.torch.utils",
 }
 
-__all__ = ["TorchConfig", "TorchTrainer", "get_device", "prepare_data_loader", "prepare_model"]
-
-
-__getattr__, __dir__ = lazy_attributes("lumos.train.torch", _LAZY, globals(), __all__)
+__getattr__, __dir__, __all__ = lazy_attributes("lumos.train.torch", _LAZY, globals())

@@ -30,17 +30,18 @@ class InitializingState(ControllerState):
 
 @dataclass(frozen=True)
 class SchedulingState(ControllerState):
-    """Workers are being started (or replaced) for ``attempt``.
+    """The training function is about to be launched for ``attempt``.
 
     Attributes:
         attempt: the attempt about to start.
         resume_from: the checkpoint every rank resumes from.
-        replace_ranks: ranks to replace in the existing group; ``None`` starts a new group.
+        keep_group: relaunch on the running group, whose failed ranks were already
+            replaced; ``False`` starts a new worker group.
     """
 
     attempt: int
     resume_from: CheckpointRecord | None
-    replace_ranks: tuple[int, ...] | None = None
+    keep_group: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from lumos.train._internal.backend import Backend
 from lumos.train._internal.session import TrainContext, WorkerHooks
 
 if TYPE_CHECKING:
+    from lumos.runtime import WorkerGroupProtocol
     from lumos.train._internal.torch.config import TorchConfig
 
 
@@ -110,7 +111,7 @@ class TorchBackend(Backend):
         self.config = config
         self.use_gpu = use_gpu
 
-    def prepare_launch(self, group: Any) -> WorkerHooks:
+    def prepare_launch(self, group: WorkerGroupProtocol) -> WorkerHooks:
         addr = str(group.workers[0].node_ip)
         backend = self.config.resolved_backend(self.use_gpu)
         return TorchWorkerHooks(backend, addr, self.config.timeout_s)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lumos.runtime import GroupFactory
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.config import RunConfig, ScalingConfig
+from lumos.train._internal.controller.spec import ControllerSettings
 from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.torch.backend import TorchBackend
 from lumos.train._internal.torch.config import TorchConfig
@@ -44,12 +46,16 @@ class TorchTrainer(DataParallelTrainer):
         torch_config: TorchConfig | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        _group_factory: GroupFactory | None = None,
+        _controller_settings: ControllerSettings | None = None,
     ) -> None:
         super().__init__(
             train_loop_per_worker,
             train_loop_config=train_loop_config,
             scaling_config=scaling_config,
             run_config=run_config,
+            _group_factory=_group_factory,
+            _controller_settings=_controller_settings,
         )
         if torch_config is not None and not isinstance(torch_config, TorchConfig):
             raise TrainConfigError(f"torch_config={torch_config!r} is not a TorchConfig")

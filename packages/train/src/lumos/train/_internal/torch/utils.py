@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
+from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.session import current_session
 
 
@@ -60,7 +61,7 @@ def prepare_model(
         >>> model = prepare_model(torch.nn.Linear(4, 1))  # doctest: +SKIP
     """
     if parallel_strategy not in ("ddp", None):
-        raise ValueError(
+        raise TrainConfigError(
             f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp' or None"
         )
     device = get_device()

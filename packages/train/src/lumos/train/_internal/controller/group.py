@@ -1,0 +1,133 @@
+"""The controller's worker group: start, replace failed ranks, wind down, shut down.
+
+Written against ``lumos.runtime.WorkerGroupProtocol``, so a test passes
+``FakeCluster.start`` as the factory instead of ``WorkerGroup.start``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lumos.runtime import (
+    ErrorEvent,
+    FinishedEvent,
+    GroupFactory,
+    WorkerDiedEvent,
+    WorkerGroupProtocol,
+    WorkerGroupSpec,
+    WorkerHungEvent,
+    WorkerInfo,
+)
+from lumos.train._internal.console import Console
+from lumos.train._internal.controller import messages
+
+
+class GroupDriver:
+    """Owns the run's current worker group (at most one at a time).
+
+    Args:
+        factory: Starts a group (``WorkerGroup.start`` or a fake's).
+        console: Where the group's state lines go.
+        shutdown_grace_s: How long a shut-down worker may take to end.
+        stop_grace_s: How long surviving workers get to end their training thread.
+    """
+
+    def __init__(
+        self,
+        factory: GroupFactory,
+        console: Console,
+        *,
+        shutdown_grace_s: float,
+        stop_grace_s: float,
+    ) -> None:
+        self._factory = factory
+        self._console = console
+        self._shutdown_grace_s = shutdown_grace_s
+        self._stop_grace_s = stop_grace_s
+        self.group: WorkerGroupProtocol | None = None
+
+    @property
+    def workers(self) -> list[WorkerInfo]:
+        """The current group's workers in rank order (none without a group)."""
+        return self.group.workers if self.group is not None else []
+
+    def current(self) -> WorkerGroupProtocol:
+        """The running group (the controller only asks while one runs)."""
+        if self.group is None:  # pragma: no cover - a controller bug
+            raise RuntimeError("lumos.train: no worker group is running")
+        return self.group
+
+    def node_of(self, rank: int) -> str | None:
+        """The node id of ``rank``'s worker, when known."""
+        workers = self.workers
+        return workers[rank].node_id if 0 <= rank < len(workers) else None
+
+    def start(self, spec: WorkerGroupSpec) -> WorkerGroupProtocol:
+        """Shut down the current group (if any) and start a new one."""
+        self.shutdown()
+        t0 = time.monotonic()
+        group = self._factory(spec, on_waiting=self._console.info)
+        self.group = group
+        self._console.info(
+            messages.started_line(spec.num_workers, time.monotonic() - t0, group.workers)
+        )
+        return group
+
+    def replace_and_wind_down(
+        self, dead: list[int], ended: frozenset[int], world_size: int
+    ) -> set[int]:
+        """Replace the dead ranks; wait until the survivors' training threads ended.
+
+        Args:
+            dead: Ranks whose worker process is gone (died or hung).
+            ended: Ranks whose training thread already ended.
+            world_size: The attempt's number of ranks.
+
+        Returns:
+            The survivors that died meanwhile (replaced too).
+
+        Raises:
+            TimeoutError: a survivor did not end its thread within ``stop_grace_s``.
+        """
+        group = self.current()
+        group.request_stop()
+        waiting = set(range(world_size)) - set(dead) - set(ended)
+        if dead:
+            self._replace(group, dead)
+        extra_dead: set[int] = set()
+        deadline = time.monotonic() + self._stop_grace_s
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"rank(s) {sorted(waiting)} did not end their training function within "
+                    f"{self._stop_grace_s:.0f} s"
+                )
+            for event in group.poll(min(remaining, 1.0)):
+                if event.rank not in waiting:
+                    continue
+                if isinstance(event, FinishedEvent | ErrorEvent):
+                    waiting.discard(event.rank)
+                elif isinstance(event, WorkerDiedEvent | WorkerHungEvent):
+                    waiting.discard(event.rank)
+                    extra_dead.add(event.rank)
+        if extra_dead:
+            self._replace(group, sorted(extra_dead))
+        return extra_dead
+
+    def _replace(self, group: WorkerGroupProtocol, ranks: list[int]) -> None:
+        t0 = time.monotonic()
+        by_standby = sorted(group.replace_workers(ranks) or [])
+        self._console.info(messages.replaced_line(ranks, by_standby, time.monotonic() - t0))
+
+    def shutdown(self) -> bool:
+        """Shut the group down (if any); False when that raised (workers may still run)."""
+        group, self.group = self.group, None
+        if group is None:
+            return True
+        try:
+            group.shutdown(self._shutdown_grace_s)
+        except Exception as exc:  # cleanup must not hide the run's own error
+            self._console.warning(messages.cleanup_failed_line(exc))
+            return False
+        return True

@@ -1,0 +1,100 @@
+"""RunBook: the run's stored state (status, attempts, committed checkpoints).
+
+Every change builds a new ``RunState`` and saves it through ``RunStorage``
+before the controller goes on, so the stored state is always what a resumed
+run (``fit()`` again with the same ``RunConfig(storage_path, name)``) starts from.
+Checkpoint commits go through ``RunStorage.commit_checkpoint``, which writes the
+new state before it deletes what the retention policy drops.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from lumos.storage import (
+    AttemptRecord,
+    Checkpoint,
+    CheckpointRecord,
+    RetentionPolicy,
+    RunState,
+    RunStorage,
+)
+from lumos.train._internal.result import Result, result_from_state
+
+RunStatus = Literal["running", "finished", "errored", "aborted"]
+AttemptStatus = Literal["finished", "errored", "aborted"]
+
+
+class RunBook:
+    """Keeps one run's ``RunState`` and saves every change of it.
+
+    Args:
+        storage: The run's storage.
+        state: Its current state (new, or loaded to resume).
+        retention: Which committed checkpoints to keep (``None``: all).
+    """
+
+    def __init__(
+        self, storage: RunStorage, state: RunState, retention: RetentionPolicy | None = None
+    ) -> None:
+        self.storage = storage
+        self.state = state
+        self.retention = retention
+
+    @property
+    def attempts(self) -> int:
+        """How many attempts the run has started so far (also in earlier ``fit()`` calls)."""
+        return len(self.state.attempts)
+
+    def latest(self) -> CheckpointRecord | None:
+        """The latest committed checkpoint: where the next attempt resumes."""
+        return self.state.latest()
+
+    def checkpoint(self, record: CheckpointRecord) -> Checkpoint:
+        """The committed checkpoint that ``record`` names."""
+        return self.storage.checkpoint(record.dir_name)
+
+    def set_status(self, status: RunStatus) -> None:
+        """Record the run's status."""
+        self._save(status=status, updated_at=time.time())
+
+    def begin_attempt(self, index: int) -> None:
+        """Record that attempt ``index`` starts (replacing a record of the same index)."""
+        attempts = [a for a in self.state.attempts if a.index != index]
+        attempts.append(AttemptRecord(index=index, started_at=time.time()))
+        self._save(attempts=attempts, status="running", updated_at=time.time())
+
+    def end_attempt(self, status: AttemptStatus, error: str | None) -> None:
+        """Record how the current attempt ended (a no-op when it already has)."""
+        attempts = list(self.state.attempts)
+        if not attempts or attempts[-1].ended_at is not None:
+            return
+        attempts[-1] = attempts[-1].model_copy(
+            update={"ended_at": time.time(), "status": status, "error": error}
+        )
+        self._save(attempts=attempts)
+
+    def commit(self, index: int, dir_name: str, metrics: dict[str, Any]) -> Checkpoint:
+        """Commit the checkpoint of report ``index``; returns it.
+
+        Once this returned, the checkpoint survives any failure; the retention
+        policy may have deleted older ones.
+        """
+        record = CheckpointRecord(
+            dir_name=dir_name, metrics=metrics, report_index=index, created_at=time.time()
+        )
+        self.state, _deleted = self.storage.commit_checkpoint(self.state, record, self.retention)
+        return self.storage.checkpoint(dir_name)
+
+    def delete_uncommitted(self) -> list[str]:
+        """Delete checkpoint directories no committed state names; returns their names."""
+        return self.storage.delete_uncommitted()
+
+    def result(self, metrics: dict[str, Any]) -> Result:
+        """The run's ``Result`` with ``metrics`` as its final metrics."""
+        return result_from_state(self.storage, self.state, metrics=metrics)
+
+    def _save(self, **update: Any) -> None:
+        self.state = self.state.model_copy(update=update)
+        self.storage.save_state(self.state)
