@@ -87,6 +87,8 @@ def test_checkpoint_config_maps_to_a_retention_policy() -> None:
 def test_tuner_rejects_a_non_callable_trainable() -> None:
     with pytest.raises(TypeError, match="trainable must be a function"):
         tune.Tuner(42)  # type: ignore[arg-type]
+    with pytest.raises(tune.TuneTypeError, match="trainable must be a function"):
+        tune.Tuner(42)  # type: ignore[arg-type]
 
 
 def _objective(config: dict[str, Any]) -> None:
@@ -97,13 +99,48 @@ def test_trial_actors_get_a_tolerant_configurable_health_check() -> None:
     # A trial actor driving a Train run on a loaded machine can answer late: the pool
     # Tune creates must not use the runtime's 10 s default.
     assert tune.TuneConfig().health_check_timeout_s == 30.0
+    assert tune.FailureConfig().health_check_timeout_s == 30.0
     default_pool = tune.Tuner(_objective)._make_pool({"CPU": 1})
+    # The setting lives in FailureConfig (shared with Train) ...
     custom_pool = tune.Tuner(
-        _objective, tune_config=tune.TuneConfig(health_check_timeout_s=90)
+        _objective,
+        run_config=tune.RunConfig(
+            failure_config=tune.FailureConfig(health_check_timeout_s=90, max_failures=1)
+        ),
     )._make_pool({"CPU": 1})
+    # ... and TuneConfig's old field still works, with a FutureWarning naming the new place.
+    with pytest.warns(FutureWarning, match=r"FailureConfig\(health_check_timeout_s=\.\.\.\)"):
+        deprecated = tune.TuneConfig(health_check_timeout_s=90)
+    assert deprecated.health_check_timeout_s == 90
+    alias_pool = tune.Tuner(_objective, tune_config=deprecated)._make_pool({"CPU": 1})
     try:
         assert getattr(default_pool, "health_check_timeout_s", None) == 30.0
         assert getattr(custom_pool, "health_check_timeout_s", None) == 90.0
+        assert getattr(alias_pool, "health_check_timeout_s", None) == 90.0
     finally:
         default_pool.shutdown()
         custom_pool.shutdown()
+        alias_pool.shutdown()
+
+
+def test_failure_config_is_the_runtimes_and_wins_over_the_deprecated_alias() -> None:
+    from lumos import runtime
+
+    assert issubclass(tune.FailureConfig, runtime.FailureConfig)
+    assert issubclass(tune.RunConfig, runtime.RunConfig)
+    assert tune.RunConfig.callback_type is tune.Callback
+    with pytest.warns(FutureWarning, match="deprecated"):
+        tc = tune.TuneConfig(health_check_timeout_s=90)
+    explicit = tune.FailureConfig(health_check_timeout_s=45)
+    assert tc.effective_health_check_timeout_s(explicit) == 45
+    assert tc.effective_health_check_timeout_s(tune.FailureConfig()) == 90
+    assert tune.TuneConfig().effective_health_check_timeout_s(explicit) == 45
+    # A runtime FailureConfig is accepted and becomes tune's.
+    runtime_failure_config = runtime.FailureConfig(max_failures=2)
+    rc = tune.RunConfig(failure_config=runtime_failure_config)  # type: ignore[arg-type]
+    assert isinstance(rc.failure_config, tune.FailureConfig)
+    assert rc.failure_config.max_failures == 2
+    # storage_path: unset means ~/lumos_results, as before.
+    assert tune.RunConfig().storage_location() == ("~/lumos_results", None)
+    with pytest.raises(ValidationError, match="health_check_timeout_s"):
+        tune.FailureConfig(health_check_timeout_s=0)

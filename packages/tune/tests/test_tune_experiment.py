@@ -26,6 +26,7 @@ from lumos.tune._internal.journal import FsJournal, StudyJournalBackend
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
+from lumos.tune._internal.trial_journal import EndRecord, ReportRecord, StartRecord
 from lumos.tune.testing import ScriptedExecutor, Step, report
 
 
@@ -212,11 +213,9 @@ def test_restore_tells_the_study_about_trials_that_ended_before_the_crash(tmp_pa
     ot = exp.study.ask()
     config = SearchSpace(SPACE).sample(ot)
     exp.trials_journal.append(
-        [
-            {"e": "start", "n": 0, "a": 0},
-            {"e": "r", "n": 0, "i": 1, "m": {"loss": 0.3, "training_iteration": 1}, "c": None},
-            {"e": "end", "n": 0, "s": "TERMINATED"},
-        ]
+        StartRecord(0, 0),
+        ReportRecord(0, 1, {"loss": 0.3, "training_iteration": 1}, None),
+        EndRecord(0, TrialStatus.TERMINATED),
     )
     exp.close()
     again = open_experiment(storage, SearchSpace(SPACE), CFG)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -193,17 +192,30 @@ def test_a_trial_may_reserve_no_cpu(ray_cluster: Any, tmp_path: Any) -> None:
     assert [r.metrics["cpus"] for r in grid] == [0.0, 0.0]
 
 
-def slow_trial(config: dict[str, Any]) -> None:
-    time.sleep(3.0)
+def held_trial(config: dict[str, Any]) -> None:
+    # Holds its actor's CPUs until the driver has said the other trial waits for them.
+    deadline = time.monotonic() + 120
+    while not os.path.exists(config["release"]) and time.monotonic() < deadline:
+        time.sleep(0.05)  # another process's file: nothing to wait on
     tune.report({"loss": config["x"]})
 
 
 def test_trials_wait_for_resources_and_the_console_says_why(
-    ray_cluster: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+    ray_cluster: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:
+    from lumos.tune._internal.progress import ConsoleReporter
+
+    release = tmp_path / "release"
+    announce = ConsoleReporter.waiting_for_resources
+
+    def announce_then_release(self: Any, trials: Any, resources: dict[str, float]) -> None:
+        announce(self, trials, resources)
+        release.touch()
+
+    monkeypatch.setattr(ConsoleReporter, "waiting_for_resources", announce_then_release)
     grid = tune.Tuner(
-        slow_trial,
-        param_space={"x": tune.uniform(0, 1)},
+        held_trial,
+        param_space={"x": tune.uniform(0, 1), "release": str(release)},
         tune_config=tune.TuneConfig(
             metric="loss",
             mode="min",
@@ -226,6 +238,7 @@ DRIVER = textwrap.dedent(
     from lumos import tune
 
     address, storage, marks = sys.argv[1:4]
+    gate = os.path.join(marks, "..", "go")
     ray.init(address=address, log_to_driver=False)
 
     def trainable(config):
@@ -235,8 +248,12 @@ DRIVER = textwrap.dedent(
         if (ckpt := tune.get_checkpoint()) is not None:
             with ckpt.as_directory() as d:
                 start = int(open(os.path.join(d, "step")).read()) + 1
+        number = int(name.split("_")[1])
         for step in range(start, 4):
-            time.sleep(0.15)
+            # Trials 3+ hold after their first report until the test has killed this
+            # driver (it then creates the gate file), so the kill lands mid-sweep.
+            while number >= 3 and step >= 1 and not os.path.exists(gate):
+                time.sleep(0.05)  # another process's file: nothing to wait on
             d = os.path.join(marks, "..", "ckpt-src", f"{name}-{step}-{uuid.uuid4().hex}")
             os.makedirs(d)
             open(os.path.join(d, "step"), "w").write(str(step))
@@ -257,18 +274,13 @@ DRIVER = textwrap.dedent(
 
 
 def _ended_trials(journal: str) -> set[int]:
-    ended: set[int] = set()
-    if not os.path.exists(journal):
-        return ended
-    with open(journal) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("e") == "end":
-                ended.add(rec["n"])
-    return ended
+    import fsspec
+
+    from lumos.tune._internal.journal import FsJournal
+    from lumos.tune._internal.trial_journal import EndRecord, TrialJournal
+
+    reader = TrialJournal(FsJournal(fsspec.filesystem("file"), journal, writable=False))
+    return {r.number for r in reader.read() if isinstance(r, EndRecord)}
 
 
 def test_sigkill_of_the_driver_then_rerun_resumes_without_repeating_finished_trials(
@@ -295,6 +307,7 @@ def test_sigkill_of_the_driver_then_rerun_resumes_without_repeating_finished_tri
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+    (tmp_path / "go").touch()  # held trials may go on in the rerun
     finished_before = _ended_trials(str(journal))
     assert 3 <= len(finished_before) < 10
 

@@ -15,7 +15,7 @@ from lumos import tune
 from lumos.runtime import context as job_context
 from lumos.runtime.testing import FakeWorkerPool
 from lumos.tune._internal.progress import ConsoleReporter
-from lumos.tune._internal.trial import Trial, TrialStatus
+from lumos.tune._internal.trial import LiveTrial, Trial, TrialStatus
 
 
 def fake_pool(resources: dict[str, float]) -> FakeWorkerPool:
@@ -287,9 +287,9 @@ def test_console_plain_lines_when_not_a_terminal(
 def test_console_table_and_waiting_note() -> None:
     buf = io.StringIO()
     reporter = ConsoleReporter(["loss"], verbose=2, file=buf, force_terminal=True, refresh_s=0)
-    t0 = Trial(number=0, config={"lr": 0.1, "m": {"w": 4}}, params={}, path="/p/0")
+    t0 = LiveTrial(number=0, config={"lr": 0.1, "m": {"w": 4}}, params={}, path="/p/0")
     t0.status, t0.last_result, t0.iteration = TrialStatus.TERMINATED, {"loss": 0.5}, 3
-    t1 = Trial(number=1, config={"lr": 0.2, "m": {"w": 8}}, params={}, path="/p/1")
+    t1 = LiveTrial(number=1, config={"lr": 0.2, "m": {"w": 8}}, params={}, path="/p/1")
     t1.status, t1.waiting_for_resources = TrialStatus.RUNNING, True
     reporter.update([t0, t1])
     reporter.waiting_for_resources([t1], {"CPU": 1.0})

@@ -10,7 +10,7 @@ from lumos.tune import TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
 from lumos.tune._internal.experiment import open_experiment
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
-from lumos.tune._internal.trial import Trial
+from lumos.tune._internal.trial import LiveTrial
 from lumos.tune.testing import ScriptedExecutor, Step
 
 
@@ -22,13 +22,13 @@ class RecordingProgress:
         self.done: list[str] = []
         self.waiting: list[list[str]] = []
 
-    def update(self, trials: list[Trial], *, force: bool = False) -> None:
+    def update(self, trials: list[LiveTrial], *, force: bool = False) -> None:
         self.updates += 1
 
-    def trial_done(self, trial: Trial) -> None:
+    def trial_done(self, trial: LiveTrial) -> None:
         self.done.append(trial.trial_name)
 
-    def waiting_for_resources(self, trials: list[Trial], resources: dict[str, float]) -> None:
+    def waiting_for_resources(self, trials: list[LiveTrial], resources: dict[str, float]) -> None:
         self.waiting.append([t.trial_name for t in trials])
 
 

@@ -26,42 +26,57 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lumos.runtime._internal.lazy import lazy_attributes
-from lumos.tune._version import __version__
+from lumos.runtime import lazy_attributes
+from lumos.tune._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from lumos.storage import Checkpoint, CheckpointConfig
+    from lumos.storage import Checkpoint as Checkpoint, CheckpointConfig as CheckpointConfig
     from lumos.tune._internal.callbacks import (
-        Callback,
-        CSVLoggerCallback,
-        JSONLoggerCallback,
-        TBXLoggerCallback,
+        Callback as Callback,
+        CSVLoggerCallback as CSVLoggerCallback,
+        JSONLoggerCallback as JSONLoggerCallback,
+        TBXLoggerCallback as TBXLoggerCallback,
     )
-    from lumos.tune._internal.config import FailureConfig, RunConfig, TuneConfig
+    from lumos.tune._internal.config import (
+        FailureConfig as FailureConfig,
+        RunConfig as RunConfig,
+        TuneConfig as TuneConfig,
+    )
     from lumos.tune._internal.errors import (
-        MetricNotReportedError,
-        SearchSpaceError,
-        TrialError,
-        TrialPruned,
-        TuneError,
-        TuneFailedError,
+        MetricNotReportedError as MetricNotReportedError,
+        SearchSpaceError as SearchSpaceError,
+        TrialError as TrialError,
+        TrialErrorRecord as TrialErrorRecord,
+        TrialPruned as TrialPruned,
+        TuneConfigError as TuneConfigError,
+        TuneError as TuneError,
+        TuneFailedError as TuneFailedError,
+        TuneTypeError as TuneTypeError,
     )
-    from lumos.tune._internal.result import Result, ResultGrid
+    from lumos.tune._internal.result import Result as Result, ResultGrid as ResultGrid
     from lumos.tune._internal.search_space import (
-        choice,
-        grid_search,
-        lograndint,
-        loguniform,
-        qloguniform,
-        qrandint,
-        quniform,
-        randint,
-        uniform,
+        choice as choice,
+        grid_search as grid_search,
+        lograndint as lograndint,
+        loguniform as loguniform,
+        qloguniform as qloguniform,
+        qrandint as qrandint,
+        quniform as quniform,
+        randint as randint,
+        uniform as uniform,
     )
-    from lumos.tune._internal.session import TrialContext, get_checkpoint, get_context, report
-    from lumos.tune._internal.study import export_study_journal, load_study
-    from lumos.tune._internal.trial import Trial, TrialStatus
-    from lumos.tune._internal.tuner import Tuner
+    from lumos.tune._internal.session import (
+        TrialContext as TrialContext,
+        get_checkpoint as get_checkpoint,
+        get_context as get_context,
+        report as report,
+    )
+    from lumos.tune._internal.study import (
+        export_study_journal as export_study_journal,
+        load_study as load_study,
+    )
+    from lumos.tune._internal.trial import Trial as Trial, TrialStatus as TrialStatus
+    from lumos.tune._internal.tuner import Tuner as Tuner
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "lumos.storage",
@@ -76,6 +91,9 @@ _LAZY: dict[str, str] = {
     "MetricNotReportedError": "lumos.tune._internal.errors",
     "SearchSpaceError": "lumos.tune._internal.errors",
     "TrialError": "lumos.tune._internal.errors",
+    "TrialErrorRecord": "lumos.tune._internal.errors",
+    "TuneConfigError": "lumos.tune._internal.errors",
+    "TuneTypeError": "lumos.tune._internal.errors",
     "TrialPruned": "lumos.tune._internal.errors",
     "TuneError": "lumos.tune._internal.errors",
     "TuneFailedError": "lumos.tune._internal.errors",
@@ -101,44 +119,6 @@ _LAZY: dict[str, str] = {
     "Tuner": "lumos.tune._internal.tuner",
 }
 
-__all__ = [
-    "CSVLoggerCallback",
-    "Callback",
-    "Checkpoint",
-    "CheckpointConfig",
-    "FailureConfig",
-    "JSONLoggerCallback",
-    "MetricNotReportedError",
-    "Result",
-    "ResultGrid",
-    "RunConfig",
-    "SearchSpaceError",
-    "TBXLoggerCallback",
-    "Trial",
-    "TrialContext",
-    "TrialError",
-    "TrialPruned",
-    "TrialStatus",
-    "TuneConfig",
-    "TuneError",
-    "TuneFailedError",
-    "Tuner",
-    "__version__",
-    "choice",
-    "export_study_journal",
-    "get_checkpoint",
-    "get_context",
-    "grid_search",
-    "load_study",
-    "lograndint",
-    "loguniform",
-    "qloguniform",
-    "qrandint",
-    "quniform",
-    "randint",
-    "report",
-    "uniform",
-]
-
-
-__getattr__, __dir__ = lazy_attributes("lumos.tune", _LAZY, globals(), __all__)
+__getattr__, __dir__, __all__ = lazy_attributes(
+    "lumos.tune", _LAZY, globals(), eager=("__version__",)
+)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lumos.tune._internal.errors import TrialError
+from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.executor import Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
 
@@ -155,13 +155,15 @@ class ScriptedExecutor:
                 ckpt = f"checkpoint_{run.iteration:06d}" if step.checkpoint else None
                 events.append(Reported(tid, run.iteration, metrics, ckpt))
             elif step.kind == "fail":
-                err = TrialError(
+                err = TrialErrorRecord(
                     run.spec.trial_name, run.spec.attempt, "RuntimeError", step.message
                 )
                 events.append(Failed(tid, err))
                 del self._running[tid]
             elif step.kind == "die":
-                err = TrialError(run.spec.trial_name, run.spec.attempt, "WorkerDied", step.message)
+                err = TrialErrorRecord(
+                    run.spec.trial_name, run.spec.attempt, "WorkerDied", step.message
+                )
                 events.append(Failed(tid, err, worker_lost=True))
                 del self._running[tid]
             else:  # pragma: no cover - guarded by the constructors above

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import tempfile
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage import resolve_filesystem
-from lumos.tune._internal.journal import dumps, is_local
+from lumos.storage import is_local, resolve_filesystem
+from lumos.tune._internal.journal import dumps
 from lumos.tune._internal.trial import Trial
 
 
 class Callback:
     """Hooks the driver calls as trials progress (override what you need).
 
-    Callbacks run in the driver process, in the driver's loop: keep them quick.
+    Callbacks run in the driver process, in the driver's loop: keep them quick. Each
+    hook gets a frozen :class:`~lumos.tune.Trial` snapshot taken when it is called
+    (changing it is an error, and it does not change as the trial goes on).
 
     Example:
         >>> class PrintBest(tune.Callback):
@@ -221,8 +222,3 @@ class TBXLoggerCallback(Callback):
             for trial in trials:
                 if trial.trial_name == name:
                     self._close(trial)
-
-
-def params_json(config: dict[str, Any]) -> str:
-    """A config as pretty JSON (non-JSON values as their repr)."""
-    return json.dumps(config, indent=1, default=repr, sort_keys=True)

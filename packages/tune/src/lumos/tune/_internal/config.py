@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
 import optuna
-from fsspec import AbstractFileSystem
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lumos.runtime._internal.worker_group import validate_resources
-from lumos.storage import CheckpointConfig, validate_name
-
-if TYPE_CHECKING:
-    from lumos.tune._internal.callbacks import Callback
+from lumos import runtime
+from lumos.runtime import validate_resources
+from lumos.storage import validate_name
+from lumos.tune._internal.callbacks import Callback
 
 Mode = Literal["min", "max"]
 StopCallable = Callable[[str, dict[str, Any]], bool]
@@ -24,23 +23,26 @@ def _check_mode(value: Any) -> None:
         raise ValueError(f"mode must be 'min' or 'max', got {value!r}")
 
 
-class FailureConfig(BaseModel):
-    """How often a failed trial is retried.
+class FailureConfig(runtime.FailureConfig):
+    """How often a failed trial is retried, and when a silent trial counts as hung.
+
+    Tune applies the runtime's failure policy
+    (``lumos.runtime.DefaultFailurePolicy(max_failures)``) to each trial.
 
     Args:
         max_failures: Retries per trial after an error (0: none, -1: unlimited). A retry
             resumes from the trial's last checkpoint (``tune.get_checkpoint()``).
+        health_check_timeout_s: A trial's actor that does not answer its health check
+            for this many seconds is declared hung, killed and its trial fails
+            (retried per ``max_failures``). Default 30 s: a busy machine can delay a
+            healthy actor's answer by several seconds.
 
     Example:
         >>> tune.RunConfig(failure_config=tune.FailureConfig(max_failures=2))
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_failures: int = Field(default=0, ge=-1)
-
-
-class RunConfig(BaseModel):
+class RunConfig(runtime.RunConfig):
     """Where the experiment lives and how it reports.
 
     Running the same script again with the same ``storage_path`` and ``name``
@@ -53,7 +55,7 @@ class RunConfig(BaseModel):
         storage_path: Local path or fsspec URL (``s3://bucket/sweeps``); default
             ``~/lumos_results``.
         storage_filesystem: An fsspec filesystem to use instead of guessing from the URL.
-        failure_config: Trial retries.
+        failure_config: Trial retries and the health-check timeout of trial actors.
         checkpoint_config: Per-trial checkpoint retention.
         callbacks: :class:`~lumos.tune.Callback` objects called in the driver.
         verbose: 0 silent, 1 progress table and summary, 2 also one line per finished trial.
@@ -62,43 +64,35 @@ class RunConfig(BaseModel):
         >>> tune.RunConfig(name="sweep-7", storage_path="s3://bucket/sweeps")
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    callback_type: ClassVar[type] = Callback
 
-    name: str | None = None
-    storage_path: str = "~/lumos_results"
-    storage_filesystem: AbstractFileSystem | None = None
     failure_config: FailureConfig = Field(default_factory=FailureConfig)
-    checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    callbacks: list[Any] = Field(default_factory=list)
-    verbose: int = Field(default=1, ge=0, le=2)
 
     @field_validator("name")
     @classmethod
-    def _valid_name(cls, value: str | None) -> str | None:
+    def _check_name(cls, value: str | None) -> str | None:
         if value is None:
             return None
         return validate_name(value, field="RunConfig.name")
 
-    @field_validator("storage_path", mode="before")
+    @field_validator("failure_config", mode="before")
     @classmethod
-    def _path_str(cls, value: Any) -> Any:
-        import os
-
-        if isinstance(value, os.PathLike):
-            return os.fspath(value)
+    def _tune_failure_config(cls, value: Any) -> Any:
+        if isinstance(value, runtime.FailureConfig) and not isinstance(value, FailureConfig):
+            return FailureConfig(**value.model_dump(exclude_unset=True))
         return value
 
-    @field_validator("callbacks")
+    @field_validator("callbacks", mode="before")
     @classmethod
-    def _callbacks(cls, value: list[Any]) -> list[Any]:
-        from lumos.tune._internal.callbacks import Callback
-
+    def _check_callbacks(cls, value: Any) -> list[Any]:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"callbacks must be a list of tune.Callback instances, got {value!r}")
         for cb in value:
             if not isinstance(cb, Callback):
                 raise ValueError(
                     f"callbacks must be tune.Callback instances, got {type(cb).__name__}"
                 )
-        return value
+        return list(value)
 
     def callback_objects(self) -> list[Callback]:
         """The callbacks, typed."""
@@ -128,10 +122,10 @@ class TuneConfig(BaseModel):
             (``{"CPU": 0}`` or a number, meaning CPUs).
         points_to_evaluate: Configs (flat param names -> values) to try first.
         fail_fast: Stop the sweep and raise at the first trial error (after retries).
-        health_check_timeout_s: A trial's actor that does not answer its health check
-            for this many seconds is declared hung, killed and its trial fails
-            (retried per ``FailureConfig``). Default 30 s (as Train's workers): a busy
-            machine can delay a healthy actor's answer by several seconds.
+        health_check_timeout_s: Deprecated: set
+            ``RunConfig(failure_config=FailureConfig(health_check_timeout_s=...))``.
+            Setting it here still works (it wins over the ``FailureConfig`` default)
+            and emits a ``FutureWarning``.
 
     Example:
         >>> tune.TuneConfig(metric="loss", mode="min", num_samples=50,
@@ -153,6 +147,7 @@ class TuneConfig(BaseModel):
     points_to_evaluate: list[dict[str, Any]] | None = None
     fail_fast: bool = False
     health_check_timeout_s: float = Field(default=30.0, gt=0)
+    """Deprecated alias of ``FailureConfig.health_check_timeout_s``."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -237,6 +232,14 @@ class TuneConfig(BaseModel):
             )
         if self.num_samples == -1 and self.time_budget_s is None:
             raise ValueError("num_samples=-1 runs until time_budget_s, so set time_budget_s")
+        if "health_check_timeout_s" in self.model_fields_set:
+            warnings.warn(
+                "TuneConfig(health_check_timeout_s=...) is deprecated and will be removed; "
+                "set RunConfig(failure_config=FailureConfig(health_check_timeout_s=...)) "
+                "instead",
+                FutureWarning,
+                stacklevel=2,
+            )
         return self
 
     # helpers -------------------------------------------------------------
@@ -259,6 +262,16 @@ class TuneConfig(BaseModel):
     def multi_objective(self) -> bool:
         """Whether more than one metric is optimized."""
         return len(self.metrics) > 1
+
+    def effective_health_check_timeout_s(self, failure_config: runtime.FailureConfig) -> float:
+        """The health-check timeout of trial actors: ``failure_config``'s unless only the
+        deprecated ``TuneConfig(health_check_timeout_s=...)`` was set."""
+        if (
+            "health_check_timeout_s" in self.model_fields_set
+            and "health_check_timeout_s" not in failure_config.model_fields_set
+        ):
+            return self.health_check_timeout_s
+        return failure_config.health_check_timeout_s
 
     def directions(self) -> list[Literal["minimize", "maximize"]]:
         """Optuna study directions."""

@@ -6,6 +6,7 @@ errors and ``TrialPruned`` cross Ray processes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -15,7 +16,19 @@ class TuneError(Exception):
     """Base class of every error raised by ``lumos.tune``."""
 
 
-class SearchSpaceError(TuneError, ValueError):
+class TuneConfigError(TuneError, ValueError):
+    """A setting or argument of ``lumos.tune`` has an invalid value (also a ``ValueError``)."""
+
+
+class TuneTypeError(TuneError, TypeError):
+    """An argument of ``lumos.tune`` has the wrong type (also a ``TypeError``).
+
+    Example:
+        >>> tune.Tuner(42)  # raises TuneTypeError: trainable must be a function ...
+    """
+
+
+class SearchSpaceError(TuneConfigError):
     """A search space entry is invalid (for example ``uniform(low=1, high=0)``)."""
 
 
@@ -62,8 +75,32 @@ class MetricNotReportedError(TuneError):
         return (type(self), (self.metric, self.trial_name, self.reported_keys))
 
 
+@dataclass(frozen=True)
+class TrialErrorRecord:
+    """What is kept of one error of a trial: the journal stores it, results expose it.
+
+    It is data, not an exception: :class:`TrialError` is the exception built from it
+    (``TrialError.from_record``), for ``Result.error`` and ``TuneFailedError.errors``.
+
+    Attributes:
+        trial_name: The trial.
+        attempt: 0 for the first run, 1 for the first retry, ...
+        exc_type: Name of the original exception type (``"ValueError"``).
+        error_message: ``str()`` of the original exception.
+        traceback: The formatted traceback from the process that raised it.
+    """
+
+    trial_name: str
+    attempt: int
+    exc_type: str
+    error_message: str
+    traceback: str = ""
+
+
 class TrialError(TuneError):
-    """The error a trial ended with (kept per trial, with the remote traceback).
+    """The error a trial ended with, as an exception (with the remote traceback).
+
+    Built from the :class:`TrialErrorRecord` the driver keeps for the trial.
 
     Attributes:
         trial_name: The trial.
@@ -88,6 +125,24 @@ class TrialError(TuneError):
         self.traceback = traceback
         super().__init__(
             f"Trial {trial_name!r} (attempt {attempt}) failed: {exc_type}: {error_message}"
+        )
+
+    @classmethod
+    def from_record(cls, record: TrialErrorRecord) -> TrialError:
+        """The exception for a stored error record."""
+        return cls(
+            record.trial_name,
+            record.attempt,
+            record.exc_type,
+            record.error_message,
+            record.traceback,
+        )
+
+    @property
+    def record(self) -> TrialErrorRecord:
+        """The stored record of this error."""
+        return TrialErrorRecord(
+            self.trial_name, self.attempt, self.exc_type, self.error_message, self.traceback
         )
 
     def __str__(self) -> str:

@@ -10,46 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from lumos.runtime import (
     ErrorEvent,
-    Event,
     FinishedEvent,
     RemoteError,
     ReportEvent,
     WorkerDiedEvent,
     WorkerHungEvent,
+    WorkerPoolProtocol,
 )
-from lumos.tune._internal.errors import TrialError
+from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.session import PRUNED, TrialSpec
-
-
-class PoolLike(Protocol):
-    """The part of ``lumos.runtime.WorkerPool`` the executor uses."""
-
-    def add_worker(self) -> int: ...
-
-    def ready(self, worker_id: int) -> bool: ...
-
-    def launch(
-        self,
-        worker_id: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        session_info: dict[str, Any] | None = None,
-    ) -> None: ...
-
-    def poll(self, timeout_s: float | None) -> list[Event]: ...
-
-    def request_stop(self, worker_id: int) -> None: ...
-
-    def remove_worker(self, worker_id: int) -> None: ...
-
-    def pending_workers(self) -> list[int]: ...
-
-    def shutdown(self, grace_period_s: float = 5.0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +49,7 @@ class Failed:
     """A trial's function raised, or its actor died / hung (``worker_lost``)."""
 
     trial_id: str
-    error: TrialError
+    error: TrialErrorRecord
     worker_lost: bool = False
 
 
@@ -114,7 +87,7 @@ class PoolExecutor:
 
     def __init__(
         self,
-        pool: PoolLike,
+        pool: WorkerPoolProtocol,
         runner: Callable[..., Any],
         available_resources: Callable[[], dict[str, float]] | None = None,
         resources: dict[str, float] | None = None,
@@ -273,12 +246,12 @@ class PoolExecutor:
         self._worker_of.clear()
 
 
-def _lost_error(spec: TrialSpec, ev: WorkerDiedEvent | WorkerHungEvent) -> TrialError:
+def _lost_error(spec: TrialSpec, ev: WorkerDiedEvent | WorkerHungEvent) -> TrialErrorRecord:
     if isinstance(ev, WorkerDiedEvent):
-        return TrialError(
+        return TrialErrorRecord(
             spec.trial_name, spec.attempt, "WorkerDied", f"the trial's actor died: {ev.reason}"
         )
-    return TrialError(
+    return TrialErrorRecord(
         spec.trial_name,
         spec.attempt,
         "WorkerHung",
@@ -286,7 +259,7 @@ def _lost_error(spec: TrialSpec, ev: WorkerDiedEvent | WorkerHungEvent) -> Trial
     )
 
 
-def _trial_error(spec: TrialSpec, err: RemoteError) -> TrialError:
-    return TrialError(
+def _trial_error(spec: TrialSpec, err: RemoteError) -> TrialErrorRecord:
+    return TrialErrorRecord(
         spec.trial_name, spec.attempt, _short_type(err.exc_type), err.message, err.traceback
     )

@@ -28,26 +28,24 @@ from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
 from lumos.storage import RunState, RunStorage
+from lumos.tune._internal import optuna_bridge
 from lumos.tune._internal.config import TuneConfig
-from lumos.tune._internal.errors import TrialError, TuneError
-from lumos.tune._internal.journal import (
-    STUDY_JOURNAL,
-    TRIALS_JOURNAL,
-    FsJournal,
-    StudyJournalBackend,
-)
+from lumos.tune._internal.errors import TuneConfigError
+from lumos.tune._internal.journal import STUDY_JOURNAL, FsJournal, StudyJournalBackend
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.trial import Trial, TrialStatus, trial_name
+from lumos.tune._internal.study_outcome import tell_study
+from lumos.tune._internal.trial import LiveTrial, TrialStatus, trial_name
+from lumos.tune._internal.trial_journal import (
+    TRIALS_JOURNAL,
+    EndRecord,
+    ReportRecord,
+    TrialEvents,
+    TrialJournal,
+)
 
 logger = logging.getLogger("lumos.tune")
 
 GRID_ATTR = "lumos:grid_index"
-
-_END_STATUS = {
-    "TERMINATED": TrialStatus.TERMINATED,
-    "PRUNED": TrialStatus.PRUNED,
-    "ERROR": TrialStatus.ERROR,
-}
 
 
 @contextlib.contextmanager
@@ -68,8 +66,8 @@ class Experiment:
     storage: RunStorage
     study: optuna.Study
     study_journal: FsJournal
-    trials_journal: FsJournal
-    trials: list[Trial] = field(default_factory=list)
+    trials_journal: TrialJournal
+    trials: list[LiveTrial] = field(default_factory=list)
     resumed: bool = False
     waiting: int = 0
     grid_next: int = 0
@@ -106,44 +104,20 @@ def open_experiment(
     """Create the experiment, or restore it when its study already exists.
 
     Raises:
-        TuneError: The stored study optimizes other directions than ``tune_config``.
+        TuneConfigError: The stored study optimizes other directions than ``tune_config``.
     """
-    sampler = tune_config.sampler or optuna.samplers.TPESampler()
-    pruner = tune_config.pruner or optuna.pruners.NopPruner()
     optuna_storage, study_journal = open_study_storage(storage)
-    trials_journal = FsJournal(storage.fs, posixpath.join(storage.state_dir, TRIALS_JOURNAL))
-    directions = tune_config.directions()
-    study_name = storage.name
+    trials_journal = TrialJournal(
+        FsJournal(storage.fs, posixpath.join(storage.state_dir, TRIALS_JOURNAL))
+    )
     with quiet_optuna():
         existing = [s.study_name for s in optuna_storage.get_all_studies()]
-        if study_name in existing:
-            study = optuna.load_study(
-                study_name=study_name, storage=optuna_storage, sampler=sampler, pruner=pruner
-            )
-            stored = [d.name.lower() for d in study.directions]
-            if stored != directions:
-                raise TuneError(
-                    f"experiment {storage.uri!r} was created with directions {stored} but "
-                    f"TuneConfig(metric={tune_config.metric!r}, mode={tune_config.mode!r}) "
-                    f"asks for {directions}; use the original metric/mode or a new "
-                    "RunConfig(name=...)"
-                )
+        if storage.name in existing:
+            study = _load_study(storage, optuna_storage, tune_config)
             exp = Experiment(storage, study, study_journal, trials_journal, resumed=True)
             _restore(exp, space, tune_config)
             return exp
-        study = optuna.create_study(
-            study_name=study_name,
-            storage=optuna_storage,
-            sampler=sampler,
-            pruner=pruner,
-            directions=directions,
-        )
-        if tune_config.metrics:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names(tune_config.metrics)
-        for point in tune_config.points_to_evaluate or []:
-            study.enqueue_trial(dict(point))
+        study = _create_study(storage, optuna_storage, tune_config)
     exp = Experiment(
         storage,
         study,
@@ -161,24 +135,56 @@ def open_experiment(
     return exp
 
 
+def _sampler_and_pruner(
+    tune_config: TuneConfig,
+) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
+    sampler = tune_config.sampler or optuna.samplers.TPESampler()
+    pruner = tune_config.pruner or optuna.pruners.NopPruner()
+    return sampler, pruner
+
+
+def _load_study(
+    storage: RunStorage, optuna_storage: JournalStorage, tune_config: TuneConfig
+) -> optuna.Study:
+    sampler, pruner = _sampler_and_pruner(tune_config)
+    study = optuna.load_study(
+        study_name=storage.name, storage=optuna_storage, sampler=sampler, pruner=pruner
+    )
+    stored = [d.name.lower() for d in study.directions]
+    directions = tune_config.directions()
+    if stored != directions:
+        raise TuneConfigError(
+            f"experiment {storage.uri!r} was created with directions {stored} but "
+            f"TuneConfig(metric={tune_config.metric!r}, mode={tune_config.mode!r}) "
+            f"asks for {directions}; use the original metric/mode or a new "
+            "RunConfig(name=...)"
+        )
+    return study
+
+
+def _create_study(
+    storage: RunStorage, optuna_storage: JournalStorage, tune_config: TuneConfig
+) -> optuna.Study:
+    sampler, pruner = _sampler_and_pruner(tune_config)
+    study = optuna.create_study(
+        study_name=storage.name,
+        storage=optuna_storage,
+        sampler=sampler,
+        pruner=pruner,
+        directions=tune_config.directions(),
+    )
+    if tune_config.metrics:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(tune_config.metrics)
+    for point in tune_config.points_to_evaluate or []:
+        study.enqueue_trial(dict(point))
+    return study
+
+
 def _restore(exp: Experiment, space: SearchSpace, tune_config: TuneConfig) -> None:
     study = exp.study
-    by_number: dict[int, dict[str, Any]] = {}
-    for rec in exp.trials_journal.read():
-        n = rec.get("n")
-        if not isinstance(n, int):
-            continue
-        info = by_number.setdefault(n, {"reports": [], "errors": [], "starts": 0, "end": None})
-        kind = rec.get("e")
-        if kind == "start":
-            info["starts"] += 1
-        elif kind == "r":
-            info["reports"].append(rec)
-        elif kind == "err":
-            info["errors"].append(rec)
-        elif kind == "end":
-            info["end"] = rec
-
+    by_number = exp.trials_journal.replay()
     grid_max = -1
     for frozen in study.get_trials(deepcopy=False):
         grid_index = frozen.user_attrs.get(GRID_ATTR)
@@ -187,29 +193,19 @@ def _restore(exp: Experiment, space: SearchSpace, tune_config: TuneConfig) -> No
         if frozen.state == TrialState.WAITING:
             exp.waiting += 1
             continue
-        info = by_number.get(frozen.number, {"reports": [], "errors": [], "starts": 0, "end": None})
-        trial = Trial(
+        events = by_number.get(frozen.number, TrialEvents())
+        trial = LiveTrial(
             number=frozen.number,
             config=_config_of(space, frozen.params),
             params=dict(frozen.params),
             path=exp.storage.child(trial_name(frozen.number)).uri,
         )
-        trial.errors = [
-            TrialError(
-                trial.trial_name,
-                int(e.get("a", 0)),
-                str(e.get("type", "Error")),
-                str(e.get("msg", "")),
-                str(e.get("tb", "")),
-            )
-            for e in info["errors"]
-        ]
-        trial.attempt = int(info["starts"])
-        end = info["end"]
-        if end is not None or frozen.state.is_finished():
-            _restore_finished(exp, trial, frozen, info, end, tune_config)
+        trial.errors = list(events.errors)
+        trial.attempt = events.starts
+        if events.end is not None or frozen.state.is_finished():
+            _restore_finished(exp, trial, frozen, events, tune_config)
         else:
-            _restore_unfinished(exp, trial, frozen, info)
+            _restore_unfinished(exp, trial, frozen, events)
         exp.trials.append(trial)
     exp.grid_next = grid_max + 1
 
@@ -222,48 +218,40 @@ def _config_of(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
         return dict(params)
 
 
-def _apply_reports(trial: Trial, reports: list[dict[str, Any]]) -> None:
+def _apply_reports(trial: LiveTrial, reports: list[ReportRecord]) -> None:
     for rec in reports:
-        metrics = rec.get("m") or {}
-        trial.history.append(metrics)
-        trial.seen_metrics.update(metrics)
-        trial.iteration = int(rec.get("i", trial.iteration + 1))
-        if rec.get("c"):
-            trial.checkpoint_dir = rec["c"]
-            trial.checkpoint_iteration = trial.iteration
-    if trial.history:
-        trial.last_result = trial.history[-1]
+        trial.apply_report(rec.iteration, rec.metrics, rec.checkpoint_dir)
+
+
+def _end_status(end: EndRecord | None, state: TrialState) -> TrialStatus:
+    if end is not None:
+        return end.status
+    if state == TrialState.PRUNED:
+        return TrialStatus.PRUNED
+    if state == TrialState.FAIL:
+        return TrialStatus.ERROR
+    return TrialStatus.TERMINATED
 
 
 def _restore_finished(
     exp: Experiment,
-    trial: Trial,
+    trial: LiveTrial,
     frozen: optuna.trial.FrozenTrial,
-    info: dict[str, Any],
-    end: dict[str, Any] | None,
+    events: TrialEvents,
     tune_config: TuneConfig,
 ) -> None:
-    _apply_reports(trial, info["reports"])
-    if end is not None:
-        trial.status = _END_STATUS.get(str(end.get("s")), TrialStatus.TERMINATED)
-    elif frozen.state == TrialState.PRUNED:
-        trial.status = TrialStatus.PRUNED
-    elif frozen.state == TrialState.FAIL:
-        trial.status = TrialStatus.ERROR
-    else:
-        trial.status = TrialStatus.TERMINATED
+    _apply_reports(trial, events.reports)
+    trial.status = _end_status(events.end, frozen.state)
     if not frozen.state.is_finished():
         # The trial ended but the driver died before the study heard of it.
-        from lumos.tune._internal.controller import tell_study
-
-        tell_study(exp.study, frozen.number, trial, tune_config)
+        tell_study(exp.study, trial, tune_config)
 
 
 def _restore_unfinished(
     exp: Experiment,
-    trial: Trial,
+    trial: LiveTrial,
     frozen: optuna.trial.FrozenTrial,
-    info: dict[str, Any],
+    events: TrialEvents,
 ) -> None:
     trial_storage = exp.storage.child(trial.trial_name)
     try:
@@ -273,12 +261,12 @@ def _restore_unfinished(
         state = None
     latest = state.latest() if state is not None else None
     upto = latest.report_index if latest is not None else 0
-    _apply_reports(trial, [r for r in info["reports"] if int(r.get("i", 0)) <= upto])
+    _apply_reports(trial, [r for r in events.reports if r.iteration <= upto])
     trial.iteration = upto
     trial.checkpoint_dir = latest.dir_name if latest is not None else None
     trial.checkpoint_iteration = upto
     trial.status = TrialStatus.PENDING
-    trial.optuna_trial = optuna.Trial(exp.study, frozen._trial_id)
+    trial.optuna_trial = optuna_bridge.attach(exp.study, optuna_bridge.trial_id_of(frozen))
     trial.max_step_reported = max(frozen.intermediate_values, default=-1)
     _delete_uncommitted_checkpoints(trial_storage)
 

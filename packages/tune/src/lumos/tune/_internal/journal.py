@@ -17,7 +17,6 @@ iteration in which a trial finished, and at least every ``flush_interval_s``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import posixpath
 import time
@@ -25,29 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from fsspec import AbstractFileSystem
-from fsspec.implementations.local import LocalFileSystem
 from optuna.storages.journal import BaseJournalBackend
 
+from lumos.storage import is_local, json_default
+
 STUDY_JOURNAL = "study.journal"
-TRIALS_JOURNAL = "trials.journal"
-
-
-def is_local(fs: AbstractFileSystem) -> bool:
-    """Whether ``fs`` is the local filesystem (append-capable)."""
-    return isinstance(fs, LocalFileSystem)
-
-
-def json_default(value: Any) -> Any:
-    """Make numpy scalars, paths and other objects JSON-able (numbers stay numbers)."""
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            return item()
-        except (TypeError, ValueError):
-            pass
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return repr(value)
 
 
 def dumps(record: Any) -> str:
@@ -220,19 +201,3 @@ def export_study_journal(journal: FsJournal, local_path: str) -> str:
         for record in records:
             f.write(dumps(record) + "\n")
     return local_path
-
-
-def finite_or_none(value: Any) -> float | None:
-    """``value`` as a float when it is a finite real number, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        item = getattr(value, "item", None)
-        if not callable(item):
-            return None
-        try:
-            value = item()
-        except (TypeError, ValueError):
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-    f = float(value)
-    return f if math.isfinite(f) else None

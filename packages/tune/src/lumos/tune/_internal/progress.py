@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from lumos.tune._internal.trial import Trial, TrialStatus
+from lumos.tune._internal.metrics import flatten
+from lumos.tune._internal.trial import LiveTrial, TrialStatus
 
 _MAX_ROWS = 20
 _MAX_CONFIG_COLS = 6
@@ -28,17 +29,6 @@ def _fmt(value: Any) -> str:
         return f"{value:.5g}"
     text = str(value)
     return text if len(text) <= 24 else text[:21] + "..."
-
-
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flat(value, name + "/"))
-        else:
-            out[name] = value
-    return out
 
 
 class ConsoleReporter:
@@ -75,7 +65,7 @@ class ConsoleReporter:
         self._waiting_note = ""
 
     # -- ProgressSink ---------------------------------------------------------------------
-    def update(self, trials: list[Trial], *, force: bool = False) -> None:
+    def update(self, trials: list[LiveTrial], *, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last < self.interval_s:
             return
@@ -91,7 +81,7 @@ class ConsoleReporter:
                 self.status_line(trials), markup=False, highlight=False, soft_wrap=True
             )
 
-    def trial_done(self, trial: Trial) -> None:
+    def trial_done(self, trial: LiveTrial) -> None:
         if self.verbose < 2:
             return
         result = ", ".join(
@@ -104,7 +94,7 @@ class ConsoleReporter:
             line += f": {trial.error.exc_type}: {trial.error.error_message}"
         self._print(line)
 
-    def waiting_for_resources(self, trials: list[Trial], resources: dict[str, float]) -> None:
+    def waiting_for_resources(self, trials: list[LiveTrial], resources: dict[str, float]) -> None:
         names = ", ".join(t.trial_name for t in trials)
         note = (
             f"{names}: waiting for resources: each trial's actor needs {resources} and the "
@@ -115,7 +105,7 @@ class ConsoleReporter:
         self._waiting_note = note
         self._print(note)
 
-    def close(self, trials: list[Trial]) -> None:
+    def close(self, trials: list[LiveTrial]) -> None:
         """Final redraw and stop the live display."""
         self.update(trials, force=True)
         if self._live is not None:
@@ -129,7 +119,7 @@ class ConsoleReporter:
         else:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def status_line(self, trials: list[Trial]) -> str:
+    def status_line(self, trials: list[LiveTrial]) -> str:
         counts = Counter(_display_status(t) for t in trials)
         elapsed = time.monotonic() - self._start
         parts = [f"{n} {s}" for s, n in sorted(counts.items())]
@@ -139,7 +129,7 @@ class ConsoleReporter:
             line += f" | best {best}"
         return line
 
-    def _best(self, trials: list[Trial]) -> str | None:
+    def _best(self, trials: list[LiveTrial]) -> str | None:
         if not self.metrics:
             return None
         metric = self.metrics[0]
@@ -162,11 +152,11 @@ class ConsoleReporter:
         """Which way 'best' points (first metric)."""
         self._minimize = mode != "max"
 
-    def table(self, trials: list[Trial]) -> Table:
+    def table(self, trials: list[LiveTrial]) -> Table:
         table = Table(title=self.status_line(trials), title_justify="left")
         config_keys: list[str] = []
         for t in trials[:50]:
-            for key in _flat(t.config):
+            for key in flatten(t.config):
                 if key not in config_keys:
                     config_keys.append(key)
         config_keys = config_keys[:_MAX_CONFIG_COLS]
@@ -188,7 +178,7 @@ class ConsoleReporter:
         shown = [t for t in trials if t.status in (TrialStatus.RUNNING, TrialStatus.PENDING)]
         rest = [t for t in reversed(trials) if t not in shown]
         for t in (shown + rest)[:_MAX_ROWS]:
-            flat = _flat(t.config)
+            flat = flatten(t.config)
             table.add_row(
                 t.trial_name,
                 _display_status(t),
@@ -203,7 +193,7 @@ class ConsoleReporter:
         return table
 
 
-def _display_status(trial: Trial) -> str:
+def _display_status(trial: LiveTrial) -> str:
     if trial.status is TrialStatus.RUNNING and trial.waiting_for_resources:
         return "PENDING (resources)"
     return trial.status.value

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from fsspec import AbstractFileSystem
 
 from lumos.storage import Checkpoint
-from lumos.tune._internal.errors import TrialError, TuneError
-from lumos.tune._internal.journal import finite_or_none
+from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
+from lumos.tune._internal.metrics import finite_or_none, flatten
 from lumos.tune._internal.trial import Trial, TrialStatus
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class Result:
 
     @classmethod
     def from_trial(cls, trial: Trial, filesystem: AbstractFileSystem) -> Result:
-        """The result of a driver-side trial record."""
+        """The result of a trial (a frozen snapshot of it)."""
         checkpoint = None
         if trial.checkpoint_dir is not None:
             checkpoint = Checkpoint(trial.path.rstrip("/") + "/" + trial.checkpoint_dir, filesystem)
@@ -71,11 +71,11 @@ class Result:
             path=trial.path,
             checkpoint=checkpoint,
             error=trial.error,
-            history=trial.history,
+            history=list(trial.history),
             trial_id=trial.trial_id,
             trial_name=trial.trial_name,
             status=trial.status.value,
-            errors=trial.errors,
+            errors=list(trial.errors),
         )
 
     @property
@@ -92,14 +92,6 @@ class Result:
             f"Result({self.trial_name}, {self.status}, metrics={shown!r}, "
             f"config={self.config!r}{err})"
         )
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            _flatten(f"{prefix}/{key}", sub, out)
-    else:
-        out[prefix] = value
 
 
 def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -180,12 +172,12 @@ class ResultGrid:
                 earlier step than the finished ones').
 
         Raises:
-            TuneError: No metric/mode is known, mode is invalid, or no trial reported
-                a finite value of the metric.
+            TuneConfigError: No metric/mode is known, or mode is invalid.
+            TuneError: No trial reported a finite value of the metric.
         """
         if metric is None:
             if isinstance(self._metric, list):
-                raise TuneError(
+                raise TuneConfigError(
                     f"this sweep optimizes several metrics {self._metric}; pass "
                     "get_best_result(metric=..., mode=...) or use get_pareto_front()"
                 )
@@ -193,12 +185,12 @@ class ResultGrid:
         if mode is None and metric == self._metric and isinstance(self._mode, str):
             mode = self._mode
         if metric is None or mode is None:
-            raise TuneError(
+            raise TuneConfigError(
                 "get_best_result() needs a metric and a mode: pass get_best_result("
                 "metric='loss', mode='min') or set TuneConfig(metric=..., mode=...)"
             )
         if mode not in ("min", "max"):
-            raise TuneError(f"mode must be 'min' or 'max', got {mode!r}")
+            raise TuneConfigError(f"mode must be 'min' or 'max', got {mode!r}")
         allowed = {TrialStatus.TERMINATED.value}
         if include_pruned:
             allowed.add(TrialStatus.PRUNED.value)
@@ -224,7 +216,7 @@ class ResultGrid:
         metrics = self._metric if isinstance(self._metric, list) else [self._metric]
         modes = self._mode if isinstance(self._mode, list) else [self._mode]
         if any(m is None for m in metrics) or any(m is None for m in modes):
-            raise TuneError("get_pareto_front() needs TuneConfig(metric=[...], mode=[...])")
+            raise TuneConfigError("get_pareto_front() needs TuneConfig(metric=[...], mode=[...])")
         points: list[tuple[list[float], Result]] = []
         for r in self._results:
             if r.status != TrialStatus.TERMINATED.value:
@@ -253,8 +245,7 @@ class ResultGrid:
             for key, value in r.metrics.items():
                 if key not in row:
                     row[key] = value
-            for key, value in r.config.items():
-                _flatten(f"config/{key}", value, row)
+            row.update(flatten(r.config, "config/"))
             row["path"] = r.path
             row["error"] = (
                 f"{r.error.exc_type}: {r.error.error_message}" if r.error is not None else None

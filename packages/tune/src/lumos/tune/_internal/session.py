@@ -22,9 +22,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lumos.runtime import context as job_context
-from lumos.runtime import worker as runtime_worker
-from lumos.storage import Checkpoint, CheckpointRecord, RetentionPolicy, RunState, RunStorage
+from lumos.runtime import CurrentSlot, context as job_context, worker as runtime_worker
+from lumos.storage import (
+    Checkpoint,
+    CheckpointRecord,
+    RetentionPolicy,
+    RunState,
+    RunStorage,
+    to_jsonable,
+)
 
 # How a trial function ended, as returned to the driver in FinishedEvent.result.
 DONE = "done"
@@ -151,7 +157,9 @@ class TrialSession:
                 "(pruned or stop criteria met)"
             )
         if not isinstance(metrics, Mapping):
-            raise TypeError(f"tune.report(metrics=...) takes a dict, got {type(metrics).__name__}")
+            raise _tune_type_error(
+                f"tune.report(metrics=...) takes a dict, got {type(metrics).__name__}"
+            )
         with self._lock:
             self.iteration += 1
             it = self.iteration
@@ -170,7 +178,7 @@ class TrialSession:
     # -- internals -----------------------------------------------------------------------
     def _commit(self, checkpoint: Checkpoint, metrics: dict[str, Any], iteration: int) -> str:
         if not isinstance(checkpoint, Checkpoint):
-            raise TypeError(
+            raise _tune_type_error(
                 f"tune.report(checkpoint=...) takes a tune.Checkpoint, got {type(checkpoint).__name__}"
             )
         storage = self.context.get_storage()
@@ -186,7 +194,7 @@ class TrialSession:
             self._state = storage.load_state() or RunState(name=self.spec.trial_name)
         record = CheckpointRecord(
             dir_name=dir_name,
-            metrics=_jsonable(metrics),
+            metrics=to_jsonable(metrics),
             report_index=iteration,
             created_at=time.time(),
         )
@@ -229,24 +237,16 @@ def _tune_error(message: str) -> Exception:
     return TuneError(message)
 
 
+def _tune_type_error(message: str) -> Exception:
+    from lumos.tune._internal.errors import TuneTypeError
+
+    return TuneTypeError(message)
+
+
 def is_pruned(exc: BaseException) -> bool:
     """True for ``tune.TrialPruned`` and for an ``optuna.TrialPruned`` the user raised."""
     optuna_exceptions = sys.modules.get("optuna.exceptions")
     return optuna_exceptions is not None and isinstance(exc, optuna_exceptions.TrialPruned)
-
-
-def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if isinstance(value, (bool, int, float, str)) or value is None:
-            out[key] = value
-        else:
-            item = getattr(value, "item", None)
-            try:
-                out[key] = item() if callable(item) else repr(value)
-            except (TypeError, ValueError):
-                out[key] = repr(value)
-    return out
 
 
 def _stop_event_for(session: SessionLike) -> threading.Event:
@@ -258,32 +258,23 @@ def _stop_event_for(session: SessionLike) -> threading.Event:
     return threading.Event()
 
 
-# -- session lookup (thread-local first: in-process test pools run trials in threads) --
-_local = threading.local()
-_active: list[TrialSession] = []
-_active_lock = threading.Lock()
+# Which trial session is current (thread-local first: in-process test pools run
+# trials in threads).
+_CURRENT: CurrentSlot[TrialSession] = CurrentSlot()
 
 
 def current_session() -> TrialSession | None:
     """The trial session of the calling thread (or the only one in this process)."""
-    session: TrialSession | None = getattr(_local, "session", None)
-    if session is not None:
-        return session
-    with _active_lock:
-        return _active[0] if len(_active) == 1 else None
+    return _CURRENT.get()
 
 
 @contextlib.contextmanager
 def _activate(session: TrialSession) -> Iterator[None]:
-    _local.session = session
-    with _active_lock:
-        _active.append(session)
+    _CURRENT.activate(session)
     try:
         yield
     finally:
-        _local.session = None
-        with _active_lock:
-            _active.remove(session)
+        _CURRENT.deactivate(session)
 
 
 def _require_session(what: str) -> TrialSession:

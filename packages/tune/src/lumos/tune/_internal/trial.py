@@ -1,14 +1,20 @@
-"""The driver's record of one trial."""
+"""Trials: the driver's live record (:class:`LiveTrial`) and the frozen view callbacks get.
+
+The controller alone changes a :class:`LiveTrial`. Callbacks, results and everything
+outside the driver loop see a :class:`Trial`: a frozen snapshot taken when the hook
+runs, so a callback can neither change the sweep's state nor see it change later.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import optuna
 
-from lumos.tune._internal.errors import TrialError
+from lumos.tune._internal.errors import TrialError, TrialErrorRecord
 
 
 class TrialStatus(str, enum.Enum):
@@ -41,9 +47,48 @@ def trial_id(number: int) -> str:
     return f"{number:05d}"
 
 
-@dataclass(eq=False)
+class HistoryView(Sequence[dict[str, Any]]):
+    """A read-only view of the first ``length`` reports of a trial (copies on access).
+
+    The driver only appends to a trial's history (a retry replaces the list), so a
+    prefix of it never changes: the view costs nothing to take.
+    """
+
+    __slots__ = ("_length", "_rows")
+
+    def __init__(self, rows: list[dict[str, Any]], length: int | None = None) -> None:
+        self._rows = rows
+        self._length = len(rows) if length is None else length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [dict(r) for r in self._rows[: self._length][index]]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("trial history index out of range")
+        return dict(self._rows[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(self._length):
+            yield dict(self._rows[i])
+
+    def __repr__(self) -> str:
+        return f"HistoryView({list(self)!r})"
+
+
+@dataclass(frozen=True, eq=False)
 class Trial:
-    """One trial as the driver (and callbacks) see it.
+    """One trial as callbacks and results see it: a frozen snapshot.
 
     Attributes:
         number: The Optuna trial number.
@@ -51,17 +96,55 @@ class Trial:
         trial_name: Directory name (``"trial_00007"``).
         config: The sampled config.
         params: The Optuna params (flat names).
-        status: A :class:`TrialStatus`.
         path: URL / local path of the trial's directory.
+        status: A :class:`TrialStatus`.
         last_result: The last reported metrics.
-        history: Every report, in order.
+        history: Every report, in order (read-only).
         checkpoint_dir: The latest committed checkpoint's directory name.
         iteration: Reports counted so far (``training_iteration``).
         attempt: 0 for the first run, then one more per retry.
-        errors: Every error the trial raised (retried ones too).
+        errors: Every error the trial raised (retried ones too), as ``TrialError``.
         stop_reason: Why the driver asked the trial to stop (``"pruned"``, ``"stop"``,
             ``"time_budget"``, ``"abort"``), if it did.
         waiting_for_resources: Its actor is created but not yet placed by Ray.
+        start_time: When the trial first started (``time.time()``), 0 if never.
+        end_time: When it ended, 0 while it has not.
+    """
+
+    number: int
+    trial_id: str
+    trial_name: str
+    config: dict[str, Any]
+    params: dict[str, Any]
+    path: str
+    status: TrialStatus
+    last_result: dict[str, Any]
+    history: Sequence[dict[str, Any]]
+    checkpoint_dir: str | None
+    iteration: int
+    attempt: int
+    errors: tuple[TrialError, ...]
+    stop_reason: str | None
+    waiting_for_resources: bool
+    start_time: float
+    end_time: float
+
+    @property
+    def error(self) -> TrialError | None:
+        """The error that ended the trial (status ERROR), else None."""
+        if self.status is TrialStatus.ERROR and self.errors:
+            return self.errors[-1]
+        return None
+
+    def __repr__(self) -> str:
+        return f"Trial({self.trial_name}, {self.status.value}, config={self.config!r})"
+
+
+@dataclass(eq=False)
+class LiveTrial:
+    """The driver's mutable record of one trial (see :class:`Trial` for the fields).
+
+    Only the controller (and the restore of an experiment) changes it.
     """
 
     number: int
@@ -77,7 +160,7 @@ class Trial:
     checkpoint_iteration: int = 0
     iteration: int = 0
     attempt: int = 0
-    errors: list[TrialError] = field(default_factory=list)
+    errors: list[TrialErrorRecord] = field(default_factory=list)
     stop_reason: str | None = None
     waiting_for_resources: bool = False
     optuna_trial: optuna.Trial | None = field(default=None, repr=False)
@@ -93,11 +176,50 @@ class Trial:
             self.trial_name = trial_name(self.number)
 
     @property
-    def error(self) -> TrialError | None:
+    def error(self) -> TrialErrorRecord | None:
         """The error that ended the trial (status ERROR), else None."""
         if self.status is TrialStatus.ERROR and self.errors:
             return self.errors[-1]
         return None
 
+    def apply_report(
+        self, iteration: int, metrics: dict[str, Any], checkpoint_dir: str | None
+    ) -> None:
+        """Count one report: the only place a report changes a trial (live or restored)."""
+        self.iteration = iteration
+        self.last_result = metrics
+        self.history.append(metrics)
+        self.seen_metrics.update(metrics)
+        if checkpoint_dir is not None:
+            self.checkpoint_dir = checkpoint_dir
+            self.checkpoint_iteration = iteration
+
+    def snapshot(self) -> Trial:
+        """A frozen :class:`Trial` of the trial as it is now."""
+        return Trial(
+            number=self.number,
+            trial_id=self.trial_id,
+            trial_name=self.trial_name,
+            config=dict(self.config),
+            params=dict(self.params),
+            path=self.path,
+            status=self.status,
+            last_result=dict(self.last_result),
+            history=HistoryView(self.history),
+            checkpoint_dir=self.checkpoint_dir,
+            iteration=self.iteration,
+            attempt=self.attempt,
+            errors=tuple(TrialError.from_record(e) for e in self.errors),
+            stop_reason=self.stop_reason,
+            waiting_for_resources=self.waiting_for_resources,
+            start_time=self.start_time,
+            end_time=self.end_time,
+        )
+
     def __repr__(self) -> str:
-        return f"Trial({self.trial_name}, {self.status.value}, config={self.config!r})"
+        return f"LiveTrial({self.trial_name}, {self.status.value}, config={self.config!r})"
+
+
+def snapshots(trials: Sequence[LiveTrial]) -> list[Trial]:
+    """Frozen snapshots of ``trials``, in order."""
+    return [t.snapshot() for t in trials]

@@ -8,21 +8,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lumos.runtime import PoolFactory, WorkerPoolProtocol, ensure_ray
 from lumos.storage import RunStorage
+from lumos.tune._internal.callbacks import Callback
 from lumos.tune._internal.config import RunConfig, TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
-from lumos.tune._internal.errors import TuneError
-from lumos.tune._internal.executor import PoolExecutor, PoolLike
-from lumos.tune._internal.experiment import open_experiment, quiet_optuna
+from lumos.tune._internal.errors import TuneError, TuneTypeError
+from lumos.tune._internal.executor import PoolExecutor
+from lumos.tune._internal.experiment import (
+    Experiment,
+    open_experiment,
+    quiet_optuna,
+    study_journal_path,
+)
+from lumos.tune._internal.journal import FsJournal
 from lumos.tune._internal.progress import ConsoleReporter
 from lumos.tune._internal.result import Result, ResultGrid
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
 from lumos.tune._internal.session import SweepInfo, TrialRunner
-from lumos.tune._internal.trial import Trial
+from lumos.tune._internal.trial import LiveTrial, snapshots
 
 logger = logging.getLogger("lumos.tune")
-
-PoolFactory = Callable[[dict[str, float]], PoolLike]
 
 
 def _default_name(trainable: Callable[..., Any]) -> str:
@@ -45,7 +51,7 @@ class Tuner:
 
     Raises:
         SearchSpaceError: ``param_space`` is invalid.
-        TypeError: ``trainable`` is not callable.
+        TuneTypeError: ``trainable`` is not callable (also a ``TypeError``).
 
     Example:
         >>> def objective(config):
@@ -69,7 +75,7 @@ class Tuner:
         _pool_factory: PoolFactory | None = None,
     ) -> None:
         if not callable(trainable):
-            raise TypeError(
+            raise TuneTypeError(
                 f"trainable must be a function (config) -> None | dict, got "
                 f"{type(trainable).__name__}"
             )
@@ -94,8 +100,7 @@ class Tuner:
         else:
             import ray
 
-            if not ray.is_initialized():
-                ray.init()
+            ensure_ray()
             cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
             per_trial = float(self.tune_config.trial_resources.get("CPU", 0.0))
             limit = int(cpus // per_trial) if per_trial > 0 else int(cpus)
@@ -112,12 +117,17 @@ class Tuner:
 
         return available
 
-    def _make_pool(self, resources: dict[str, float]) -> PoolLike:
+    def _make_pool(self, resources: dict[str, float]) -> WorkerPoolProtocol:
         if self._pool_factory is not None:
             return self._pool_factory(resources)
         from lumos.runtime import WorkerPool
 
-        return WorkerPool(resources, health_check_timeout_s=self.tune_config.health_check_timeout_s)
+        timeout = self.tune_config.effective_health_check_timeout_s(self.run_config.failure_config)
+        return WorkerPool(resources, health_check_timeout_s=timeout)
+
+    def _run_storage(self) -> RunStorage:
+        path, fs = self.run_config.storage_location()
+        return RunStorage(path, self._name, fs)
 
     def fit(self) -> ResultGrid:
         """Run the sweep (or resume it) and return every trial's result.
@@ -133,90 +143,14 @@ class Tuner:
             MetricNotReportedError: A trial finished without reporting the metric.
             LeaseHeldError: Another live driver runs this experiment.
         """
-        tc, rc = self.tune_config, self.run_config
-        storage = RunStorage(rc.storage_path, self._name, rc.storage_filesystem)
-        lease = storage.acquire_lease(holder="lumos.tune driver")
-        lease.start_renewing()
-        executor: PoolExecutor | None = None
-        reporter: ConsoleReporter | None = None
-        callbacks = rc.callback_objects()
-        status = "aborted"
-        exp = None
-        controller: TuneController | None = None
-        try:
-            with quiet_optuna():
-                exp = open_experiment(storage, self.space, tc)
-                target = -1 if tc.num_samples == -1 else tc.num_samples * self.space.num_grid_points
-                resources = {k: float(v) for k, v in tc.trial_resources.items()}
-                pool = self._make_pool(resources)
-                executor = PoolExecutor(
-                    pool,
-                    TrialRunner(
-                        self.trainable,
-                        SweepInfo(
-                            experiment=storage,
-                            retention=rc.checkpoint_config.retention(),
-                            metric=tc.metrics[0] if len(tc.metrics) == 1 else None,
-                            resources=resources,
-                        ),
-                    ),
-                    available_resources=self._available_resources(),
-                    resources=resources,
-                )
-                if rc.verbose > 0:
-                    reporter = ConsoleReporter(tc.metrics, verbose=rc.verbose)
-                    reporter.set_mode(tc.modes[0] if tc.modes else None)
-                    if exp.resumed:
-                        done = sum(1 for t in exp.trials if t.status.is_finished)
-                        reporter.console.print(
-                            f"Resuming experiment {storage.uri}: {done} finished trial(s) kept, "
-                            f"{sum(1 for t in exp.trials if not t.status.is_finished)} to resume",
-                            markup=False,
-                            highlight=False,
-                            soft_wrap=True,
-                        )
-                for cb in callbacks:
-                    cb.setup(storage.uri, storage.fs)
-                controller = TuneController(
-                    exp,
-                    self.space,
-                    tc,
-                    executor,
-                    ControllerSettings(
-                        max_concurrent_trials=self._max_concurrent(target),
-                        max_failures=rc.failure_config.max_failures,
-                    ),
-                    callbacks=callbacks,
-                    progress=reporter,
-                    resources=resources,
-                )
-                trials = controller.run()
-            status = "finished"
-        except TuneError:
-            status = "errored"
-            raise
-        finally:
-            if executor is not None:
-                executor.shutdown(grace_period_s=0.0 if status != "finished" else 5.0)
-            if exp is not None:
-                exp.close()
-                try:
-                    state = storage.load_state()
-                    if state is not None:
-                        storage.save_state(state.model_copy(update={"status": status}))
-                except Exception:
-                    logger.warning("could not record the experiment status", exc_info=True)
-            all_trials = controller.trials if controller is not None else []
-            for cb in callbacks:
-                cb.on_experiment_end(all_trials)
-            if reporter is not None:
-                reporter.close(all_trials)
-            lease.release()
+        storage = self._run_storage()
+        with storage.leased(holder="lumos.tune driver"):
+            trials = _Sweep(self, storage).run()
         return self._grid(trials, storage)
 
-    def _grid(self, trials: list[Trial], storage: RunStorage) -> ResultGrid:
+    def _grid(self, trials: list[LiveTrial], storage: RunStorage) -> ResultGrid:
         ordered = sorted(trials, key=lambda t: t.number)
-        results = [Result.from_trial(t, storage.fs) for t in ordered]
+        results = [Result.from_trial(t, storage.fs) for t in snapshots(ordered)]
         return ResultGrid(
             results,
             metric=self.tune_config.metric,
@@ -228,7 +162,101 @@ class Tuner:
     def can_restore(cls, storage_path: str, name: str) -> bool:
         """Whether an experiment exists at ``{storage_path}/{name}`` (``fit()`` resumes it)."""
         storage = RunStorage(storage_path, name)
-        from lumos.tune._internal.experiment import study_journal_path
-        from lumos.tune._internal.journal import FsJournal
-
         return FsJournal(storage.fs, study_journal_path(storage)).exists()
+
+
+class _Sweep:
+    """One ``Tuner.fit()`` under the experiment's lease: set up, run, always clean up."""
+
+    def __init__(self, tuner: Tuner, storage: RunStorage) -> None:
+        self.tuner = tuner
+        self.storage = storage
+        self.callbacks: list[Callback] = tuner.run_config.callback_objects()
+        self.executor: PoolExecutor | None = None
+        self.reporter: ConsoleReporter | None = None
+        self.exp: Experiment | None = None
+        self.controller: TuneController | None = None
+
+    def run(self) -> list[LiveTrial]:
+        status = "aborted"
+        try:
+            with quiet_optuna():
+                trials = self._controller().run()
+            status = "finished"
+        except TuneError:
+            status = "errored"
+            raise
+        finally:
+            self._close(status)
+        return trials
+
+    def _controller(self) -> TuneController:
+        tuner, storage = self.tuner, self.storage
+        tc, rc = tuner.tune_config, tuner.run_config
+        self.exp = exp = open_experiment(storage, tuner.space, tc)
+        target = -1 if tc.num_samples == -1 else tc.num_samples * tuner.space.num_grid_points
+        resources = {k: float(v) for k, v in tc.trial_resources.items()}
+        sweep = SweepInfo(
+            experiment=storage,
+            retention=rc.checkpoint_config.retention(),
+            metric=tc.metrics[0] if len(tc.metrics) == 1 else None,
+            resources=resources,
+        )
+        self.executor = PoolExecutor(
+            tuner._make_pool(resources),
+            TrialRunner(tuner.trainable, sweep),
+            available_resources=tuner._available_resources(),
+            resources=resources,
+        )
+        if rc.verbose > 0:
+            self.reporter = self._reporter(exp)
+        for cb in self.callbacks:
+            cb.setup(storage.uri, storage.fs)
+        self.controller = TuneController(
+            exp,
+            tuner.space,
+            tc,
+            self.executor,
+            ControllerSettings(
+                max_concurrent_trials=tuner._max_concurrent(target),
+                max_failures=rc.failure_config.max_failures,
+            ),
+            callbacks=self.callbacks,
+            progress=self.reporter,
+            resources=resources,
+        )
+        return self.controller
+
+    def _reporter(self, exp: Experiment) -> ConsoleReporter:
+        tc, rc = self.tuner.tune_config, self.tuner.run_config
+        reporter = ConsoleReporter(tc.metrics, verbose=rc.verbose)
+        reporter.set_mode(tc.modes[0] if tc.modes else None)
+        if exp.resumed:
+            done = sum(1 for t in exp.trials if t.status.is_finished)
+            reporter.console.print(
+                f"Resuming experiment {self.storage.uri}: {done} finished trial(s) kept, "
+                f"{sum(1 for t in exp.trials if not t.status.is_finished)} to resume",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        return reporter
+
+    def _close(self, status: str) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(grace_period_s=0.0 if status != "finished" else 5.0)
+        if self.exp is not None:
+            self.exp.close()
+            try:
+                state = self.storage.load_state()
+                if state is not None:
+                    self.storage.save_state(state.model_copy(update={"status": status}))
+            except Exception:
+                logger.warning("could not record the experiment status", exc_info=True)
+        all_trials = self.controller.trials if self.controller is not None else []
+        if self.callbacks:
+            frozen = snapshots(all_trials)
+            for cb in self.callbacks:
+                cb.on_experiment_end(frozen)
+        if self.reporter is not None:
+            self.reporter.close(all_trials)

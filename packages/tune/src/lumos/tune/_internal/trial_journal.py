@@ -1,0 +1,197 @@
+"""The trial journal: what happened to every trial, one typed record per event.
+
+:class:`TrialJournal` is the only code that knows the record format; it writes the
+records (buffered, through :class:`~lumos.tune._internal.journal.FsJournal`) and reads
+them back when an experiment is restored. On disk each record is one JSON line::
+
+    {"e": "start", "n": 3, "a": 0}                       StartRecord
+    {"e": "r", "n": 3, "i": 1, "m": {...}, "c": null}     ReportRecord
+    {"e": "err", "n": 3, "a": 0, "type": ..., "msg": ..., "tb": ...}   ErrorRecord
+    {"e": "end", "n": 3, "s": "TERMINATED"}               EndRecord
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from lumos.tune._internal.errors import TrialErrorRecord
+from lumos.tune._internal.journal import FsJournal
+from lumos.tune._internal.trial import TrialStatus, trial_name
+
+TRIALS_JOURNAL = "trials.journal"
+
+
+@dataclass(frozen=True)
+class StartRecord:
+    """Attempt ``attempt`` of trial ``number`` was launched."""
+
+    number: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ReportRecord:
+    """Trial ``number`` reported ``metrics`` as its ``iteration``-th report."""
+
+    number: int
+    iteration: int
+    metrics: dict[str, Any]
+    checkpoint_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """Trial ``number`` raised (or lost its actor)."""
+
+    number: int
+    error: TrialErrorRecord
+
+
+@dataclass(frozen=True)
+class EndRecord:
+    """Trial ``number`` ended with ``status``."""
+
+    number: int
+    status: TrialStatus
+
+
+JournalRecord = Union[StartRecord, ReportRecord, ErrorRecord, EndRecord]  # noqa: UP007
+
+
+@dataclass
+class TrialEvents:
+    """Everything the journal holds about one trial, as :meth:`TrialJournal.replay` gives it."""
+
+    starts: int = 0
+    reports: list[ReportRecord] = field(default_factory=list)
+    errors: list[TrialErrorRecord] = field(default_factory=list)
+    end: EndRecord | None = None
+
+
+_END_STATUS = {
+    "TERMINATED": TrialStatus.TERMINATED,
+    "PRUNED": TrialStatus.PRUNED,
+    "ERROR": TrialStatus.ERROR,
+}
+
+
+def encode(record: JournalRecord) -> dict[str, Any]:
+    """The JSON object of a record."""
+    if isinstance(record, ReportRecord):
+        return {
+            "e": "r",
+            "n": record.number,
+            "i": record.iteration,
+            "m": record.metrics,
+            "c": record.checkpoint_dir,
+        }
+    if isinstance(record, StartRecord):
+        return {"e": "start", "n": record.number, "a": record.attempt}
+    if isinstance(record, ErrorRecord):
+        err = record.error
+        return {
+            "e": "err",
+            "n": record.number,
+            "a": err.attempt,
+            "type": err.exc_type,
+            "msg": err.error_message,
+            "tb": err.traceback,
+        }
+    return {"e": "end", "n": record.number, "s": record.status.value}
+
+
+def decode(raw: dict[str, Any], last_iteration: int = 0) -> JournalRecord | None:
+    """The record of a JSON object (None for one this version does not know).
+
+    Args:
+        raw: One journal line, parsed.
+        last_iteration: The trial's previous report's iteration (a report without
+            one counts as the next).
+    """
+    n = raw.get("n")
+    if not isinstance(n, int):
+        return None
+    kind = raw.get("e")
+    if kind == "r":
+        return ReportRecord(
+            n, int(raw.get("i", last_iteration + 1)), raw.get("m") or {}, raw.get("c") or None
+        )
+    if kind == "start":
+        return StartRecord(n, int(raw.get("a", 0)))
+    if kind == "err":
+        error = TrialErrorRecord(
+            trial_name(n),
+            int(raw.get("a", 0)),
+            str(raw.get("type", "Error")),
+            str(raw.get("msg", "")),
+            str(raw.get("tb", "")),
+        )
+        return ErrorRecord(n, error)
+    if kind == "end":
+        return EndRecord(n, _END_STATUS.get(str(raw.get("s")), TrialStatus.TERMINATED))
+    return None
+
+
+class TrialJournal:
+    """Writes and reads the trial journal (see the module docstring for the format).
+
+    Args:
+        journal: The append-only file the records live in.
+
+    Example:
+        >>> journal = TrialJournal(FsJournal(fs, "/runs/sweep/_lumos/trials.journal"))
+        >>> journal.append(StartRecord(number=0, attempt=0))
+        >>> journal.flush()
+        >>> journal.replay()[0].starts
+        1
+    """
+
+    def __init__(self, journal: FsJournal) -> None:
+        self.journal = journal
+
+    def append(self, *records: JournalRecord) -> None:
+        """Buffer records (written by the next :meth:`flush`)."""
+        self.journal.append(encode(r) for r in records)
+
+    def extend(self, records: Iterable[JournalRecord]) -> None:
+        """Buffer every record of ``records``."""
+        self.journal.append(encode(r) for r in records)
+
+    def read(self) -> list[JournalRecord]:
+        """Every record written so far, in order (unknown ones skipped)."""
+        out: list[JournalRecord] = []
+        last: dict[int, int] = {}
+        for raw in self.journal.read():
+            n = raw.get("n")
+            record = decode(raw, last.get(n, 0) if isinstance(n, int) else 0)
+            if record is None:
+                continue
+            if isinstance(record, ReportRecord):
+                last[record.number] = record.iteration
+            out.append(record)
+        return out
+
+    def replay(self) -> dict[int, TrialEvents]:
+        """What the journal holds, per trial number."""
+        by_number: dict[int, TrialEvents] = {}
+        for record in self.read():
+            events = by_number.setdefault(record.number, TrialEvents())
+            if isinstance(record, StartRecord):
+                events.starts += 1
+            elif isinstance(record, ReportRecord):
+                events.reports.append(record)
+            elif isinstance(record, ErrorRecord):
+                events.errors.append(record.error)
+            else:
+                events.end = record
+        return by_number
+
+    def flush(self, force: bool = True) -> bool:
+        """Write the buffered records (see ``FsJournal.flush``)."""
+        return self.journal.flush(force)
+
+    def close(self) -> None:
+        """Flush and close."""
+        self.journal.close()

@@ -1,0 +1,91 @@
+"""The per-trial decisions of the controller: prune / stop after a report, retry after an error.
+
+Each rule reads a trial and returns a decision; the controller executes it. The only
+side effect is ``StopRules`` handing the reported value to the trial's Optuna pruner
+(``optuna.Trial.report``), which the pruner's decision needs.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from lumos.runtime import (
+    DefaultFailurePolicy,
+    FailureDecision,
+    FailureKind,
+    FailurePolicy,
+    WorkerFailure,
+)
+from lumos.tune._internal.config import TuneConfig
+from lumos.tune._internal.controller_api import PRUNE, STOP
+from lumos.tune._internal.errors import TrialErrorRecord
+from lumos.tune._internal.metrics import finite_or_none
+from lumos.tune._internal.trial import LiveTrial
+
+_LOST_KINDS = {"WorkerDied": FailureKind.ACTOR_DIED, "WorkerHung": FailureKind.HUNG}
+
+
+class StopRules:
+    """After a report: should the trial be pruned (Optuna pruner) or stopped (``stop``)?
+
+    Args:
+        tune_config: The pruner, the metric and the stop criteria.
+    """
+
+    def __init__(self, tune_config: TuneConfig) -> None:
+        metrics = tune_config.metrics
+        self.metric = metrics[0] if len(metrics) == 1 else None
+        pruner = tune_config.pruner
+        self.pruning = pruner is not None and not isinstance(pruner, optuna.pruners.NopPruner)
+        stop = tune_config.stop
+        self.stop_dict = stop if isinstance(stop, dict) else None
+        self.stop_fn = stop if callable(stop) else None
+
+    def after_report(
+        self, trial: LiveTrial, iteration: int, metrics: dict[str, object]
+    ) -> str | None:
+        """``PRUNE``, ``STOP`` or None; feeds the metric to the trial's pruner."""
+        if self.pruning and self.metric is not None and trial.optuna_trial is not None:
+            value = finite_or_none(metrics.get(self.metric))
+            if value is not None:
+                if iteration > trial.max_step_reported:
+                    trial.optuna_trial.report(value, iteration)
+                    trial.max_step_reported = iteration
+                if trial.optuna_trial.should_prune():
+                    return PRUNE
+        if self._should_stop(trial, metrics):
+            return STOP
+        return None
+
+    def _should_stop(self, trial: LiveTrial, metrics: dict[str, object]) -> bool:
+        if self.stop_dict is not None:
+            for key, bound in self.stop_dict.items():
+                value = finite_or_none(metrics.get(key))
+                if value is not None and value >= bound:
+                    return True
+        if self.stop_fn is not None:
+            return bool(self.stop_fn(trial.trial_id, metrics))
+        return False
+
+
+def worker_failure(error: TrialErrorRecord) -> WorkerFailure:
+    """The runtime's description of a trial's error (one worker: rank 0)."""
+    kind = _LOST_KINDS.get(error.exc_type, FailureKind.USER_ERROR)
+    return WorkerFailure(0, kind, message=f"{error.exc_type}: {error.error_message}")
+
+
+class TrialFailures:
+    """Applies the runtime's failure policy to each trial: retry it or let it fail.
+
+    Args:
+        max_failures: ``FailureConfig(max_failures=...)`` (per trial).
+        policy: The policy to apply (default ``DefaultFailurePolicy(max_failures)``).
+    """
+
+    def __init__(self, max_failures: int, policy: FailurePolicy | None = None) -> None:
+        self.policy = policy or DefaultFailurePolicy(max_failures)
+
+    def decide(self, trial: LiveTrial) -> FailureDecision:
+        """The decision about the trial's latest error (already in ``trial.errors``)."""
+        latest = trial.errors[-1]
+        return self.policy.make_decision([worker_failure(latest)], len(trial.errors) - 1)
