@@ -125,11 +125,18 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format) and the import-direction rules between packages."""
+    """ruff (lint + format), the import rules between packages and the public-name tables."""
     _install(session, "ruff", "pytest")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "integration-tests/test_import_rules.py")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "integration-tests/test_import_rules.py",
+        "integration-tests/test_public_names.py",
+    )
 
 
 @nox.session

@@ -1,9 +1,16 @@
 """The dependency arrows of DESIGN.md, enforced on the import graph of the sources.
 
 storage <- runtime-common <- {train, tune}; train and tune never import each
-other; storage never imports Ray. The check parses every module under each
-package's ``src/`` (imports inside functions and ``TYPE_CHECKING`` blocks
-count too), so a forbidden import fails here however it is written.
+other; storage never imports Ray; no package imports another package's
+``_internal`` modules (siblings use only the published names); and no module
+import cycles, even through imports inside functions. The check parses every
+module under each package's ``src/`` (imports inside functions and
+``TYPE_CHECKING`` blocks count for the arrows), so a forbidden import fails here
+however it is written.
+
+It also checks that each package's public names are listed once: the lazy table
+of an ``__init__`` and its typed (``TYPE_CHECKING``) imports name the same
+objects from the same modules, and ``__all__`` is derived from the table.
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # package folder -> top-level or dotted module prefixes its sources must not import
+PRIVATE = ("lumos.storage._internal", "lumos.runtime._internal")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "storage": ("ray", "torch", "optuna", "lumos.runtime", "lumos.train", "lumos.tune"),
-    "runtime-common": ("torch", "optuna", "lumos.train", "lumos.tune"),
-    "train": ("optuna", "lumos.tune"),
-    "tune": ("torch", "lumos.train"),
+    "runtime-common": ("torch", "optuna", "lumos.train", "lumos.tune", "lumos.storage._internal"),
+    "train": ("optuna", "lumos.tune", *PRIVATE),
+    "tune": ("torch", "lumos.train", *PRIVATE),
 }
 
 
@@ -79,6 +87,9 @@ def test_dependency_direction() -> None:
         ("storage", "import ray\n"),
         ("storage", "def f():\n    from ray.util import state\n"),
         ("runtime-common", "import importlib\nimportlib.import_module('lumos.tune')\n"),
+        ("train", "from lumos.runtime._internal.lazy import lazy_attributes\n"),
+        ("tune", "def f():\n    from lumos.storage._internal import filesystem\n"),
+        ("runtime-common", "from lumos.storage._internal.errors import StorageError\n"),
     ],
 )
 def test_check_catches_forbidden_import(tmp_path: Path, folder: str, line: str) -> None:
@@ -87,3 +98,111 @@ def test_check_catches_forbidden_import(tmp_path: Path, folder: str, line: str) 
     target = next((copy / folder / "src").rglob("_version.py"))
     target.write_text(target.read_text() + line)
     assert violations(copy), f"adding {line!r} to {folder} was not caught"
+
+
+# -- import cycles ---------------------------------------------------------------------
+
+
+def _module_names(packages_dir: Path) -> dict[str, Path]:
+    """Every lumos module under ``packages_dir``: dotted name -> file."""
+    modules: dict[str, Path] = {}
+    for src in sorted(packages_dir.glob("*/src")):
+        for path in sorted(src.rglob("*.py")):
+            parts = list(path.relative_to(src).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(path: Path, module: str, known: dict[str, Path]) -> set[str]:
+    """The lumos modules ``module`` imports when it runs (functions included, not
+    ``TYPE_CHECKING`` blocks): ``from a import b`` is ``a.b`` when that is a module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and _is_type_checking(node)
+        for stmt in node.body
+        for child in ast.walk(stmt)
+    }
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in known else base)
+    return {t for t in targets if t in known and t != module}
+
+
+def import_cycles(packages_dir: Path) -> list[list[str]]:
+    """Strongly connected groups of lumos modules that import each other (Tarjan)."""
+    known = _module_names(packages_dir)
+    graph = {m: sorted(_runtime_imports(p, m, known)) for m, p in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(ROOT / "packages")
+    assert not cycles, "Modules import each other (a cycle is a missing module):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_cycle_check_catches_a_cycle_inside_a_function(tmp_path: Path) -> None:
+    copy = tmp_path / "packages"
+    shutil.copytree(ROOT / "packages", copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    pkg = copy / "storage" / "src" / "lumos" / "storage" / "_internal"
+    (pkg / "cycle_a.py").write_text("from lumos.storage._internal import cycle_b\n")
+    (pkg / "cycle_b.py").write_text("def f():\n    from lumos.storage._internal.cycle_a import x\n")
+    assert [
+        "lumos.storage._internal.cycle_a",
+        "lumos.storage._internal.cycle_b",
+    ] in import_cycles(copy)
