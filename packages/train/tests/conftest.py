@@ -13,6 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report_fns  # noqa: E402
 import train_fns  # noqa: E402
 
 
@@ -24,6 +25,7 @@ def ray_cluster() -> Iterator[str]:
 
     # the helper train functions are shipped by value: workers cannot import tests/
     cloudpickle.register_pickle_by_value(train_fns)
+    cloudpickle.register_pickle_by_value(report_fns)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # address="local": always a fresh cluster of our own, even when another one runs here
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=True)

@@ -33,7 +33,7 @@ def test_success_commits_every_checkpoint_and_keeps_history(tmp_path: Path) -> N
     assert result.checkpoint.path.endswith("/run/checkpoint_3")
     assert [m["step"] for _, m in result.best_checkpoints] == [0, 1, 2, 3]
     assert [row["step"] for row in result.metrics_history] == [0, 1, 2, 3]
-    # every rank's files are in the checkpoint (sharded save), and it was acked to both ranks
+    # every rank's files are in the checkpoint (sharded save), and every rank got its commit notice
     with result.checkpoint.as_directory() as d:
         assert sorted(p.name for p in Path(d).iterdir()) == [
             "shard_0.txt",
@@ -41,7 +41,9 @@ def test_success_commits_every_checkpoint_and_keeps_history(tmp_path: Path) -> N
             "state.json",
         ]
     group = cluster.groups[0]
-    assert [v for v, ranks in group.sent if ranks == [0, 1]] == [("ack", i) for i in range(4)]
+    assert [v for v, ranks in group.sent if ranks == [0, 1]] == [
+        ("commit", i, f"checkpoint_{i}") for i in range(4)
+    ]
     assert group.closed
     assert [c for c in rec.calls if c[0] == "report"][-1][1][1] == result.checkpoint
     assert rec.calls[-1] == ("finish", (True, None))

@@ -23,6 +23,7 @@ from lumos.train._version import __version__ as __version__
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint as Checkpoint, CheckpointConfig as CheckpointConfig
     from lumos.train._internal.api import (
+        get_all_reported_checkpoints as get_all_reported_checkpoints,
         get_checkpoint as get_checkpoint,
         get_context as get_context,
         report as report,
@@ -41,12 +42,19 @@ if TYPE_CHECKING:
         TrainingFailedError as TrainingFailedError,
         TrainTypeError as TrainTypeError,
     )
+    from lumos.train._internal.report_config import (
+        CheckpointConsistencyMode as CheckpointConsistencyMode,
+        CheckpointUploadMode as CheckpointUploadMode,
+        ReportedCheckpoint as ReportedCheckpoint,
+        ReportedCheckpointStatus as ReportedCheckpointStatus,
+    )
     from lumos.train._internal.result import Result as Result
     from lumos.train._internal.session import TrainContext as TrainContext
     from lumos.train._internal.trainer import DataParallelTrainer as DataParallelTrainer
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "lumos.storage",
+    "get_all_reported_checkpoints": "lumos.train._internal.api",
     "get_checkpoint": "lumos.train._internal.api",
     "get_context": "lumos.train._internal.api",
     "report": "lumos.train._internal.api",
@@ -61,6 +69,10 @@ _LAZY: dict[str, str] = {
     "TrainTypeError": "lumos.train._internal.errors",
     "TrainError": "lumos.train._internal.errors",
     "TrainingFailedError": "lumos.train._internal.errors",
+    "CheckpointConsistencyMode": "lumos.train._internal.report_config",
+    "CheckpointUploadMode": "lumos.train._internal.report_config",
+    "ReportedCheckpoint": "lumos.train._internal.report_config",
+    "ReportedCheckpointStatus": "lumos.train._internal.report_config",
     "Result": "lumos.train._internal.result",
     "TrainContext": "lumos.train._internal.session",
     "DataParallelTrainer": "lumos.train._internal.trainer",

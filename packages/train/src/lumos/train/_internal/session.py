@@ -1,18 +1,9 @@
 """Worker side: the training session behind ``train.report`` and friends.
 
 The controller launches :func:`run_train_worker` on every worker of a
-``lumos.runtime.WorkerGroup``; it runs the user's function in the runtime's
-user thread. Reports travel as small tuples through the runtime session:
-
-* ``("r", attempt, index, metrics, dir_name)``: a report; ``dir_name`` is the
-  checkpoint directory this rank persisted files into, or ``None``.
-
-For a report with a checkpoint the rank then blocks in ``session.receive()``
-until the controller answers ``("ack", index)`` (committed: every rank reported
-it). When the ranks disagree about the checkpoint, no answer comes: the
-controller ends the run and stops the workers. This module owns the format:
-the driver reads reports with :func:`decode_report` and answers with
-:func:`ack_message`.
+``lumos.runtime.WorkerGroup``; it runs the user's function in the runtime's user
+thread with a ``reporting.TrainSession`` current. The messages between the ranks and
+the driver are in ``wire.py``.
 """
 
 from __future__ import annotations
@@ -22,60 +13,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lumos.runtime import CurrentSlot
-from lumos.train._internal.errors import CheckpointReportError, NotInTrainingFunctionError
+from lumos.train._internal.errors import NotInTrainingFunctionError
+from lumos.train._internal.reporting import CURRENT, TrainSession
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
     from lumos.runtime import WorkerInfo
-    from lumos.runtime.worker import WorkerSession
     from lumos.storage import Checkpoint, RunStorage
 
 # Worker-side imports stay light: lumos.storage (pydantic, fsspec) is imported when a
 # checkpoint or the storage is first needed, not before the first metrics report.
 
-REPORT = "r"
-ACK = "ack"
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """One rank's ``train.report()`` call as the driver receives it.
-
-    Attributes:
-        index: The report's index in the run (the same on every rank).
-        metrics: The rank's metrics.
-        checkpoint_dir_name: The checkpoint directory the rank persisted files
-            into, or ``None`` (metrics only).
-    """
-
-    index: int
-    metrics: dict[str, Any]
-    checkpoint_dir_name: str | None
-
-
-def decode_report(payload: Any) -> tuple[int, RankReport] | None:
-    """``(attempt, report)`` from a worker's report message; ``None`` for other payloads."""
-    if not (isinstance(payload, tuple) and payload and payload[0] == REPORT):
-        return None
-    _, attempt, index, metrics, dir_name = payload
-    return int(attempt), RankReport(index, metrics, dir_name)
-
-
-def ack_message(index: int) -> tuple[str, int]:
-    """The driver's answer to a report with a checkpoint: committed."""
-    return (ACK, index)
-
-
-def default_checkpoint_dir_name(index: int) -> str:
-    """Name of a checkpoint directory when the user gave none."""
-    return f"checkpoint_{index}"
-
 
 @dataclass(frozen=True)
 class WorkerRunArgs:
     """What every rank needs to know about the run (pickled once per launch).
+
+    ``checkpoint_dir_name`` is the run's latest committed checkpoint (where the attempt
+    resumes), ``committed_names`` every committed checkpoint's name (names are unique in
+    a run) and ``starting_checkpoint`` the trainer's ``resume_from_checkpoint``, which
+    ``get_checkpoint()`` returns while the run has no committed checkpoint of its own.
 
     ``storage_path`` / ``filesystem`` are what the user configured (a path or URL and
     an optional fsspec filesystem), so that no filesystem object is shipped when none
@@ -89,6 +47,8 @@ class WorkerRunArgs:
     report_index_base: int
     checkpoint_dir_name: str | None
     pass_config: bool
+    committed_names: tuple[str, ...] = ()
+    starting_checkpoint: Checkpoint | None = None
 
 
 class WorkerHooks:
@@ -158,64 +118,10 @@ class TrainContext:
         return self._info
 
 
-class _TrainSession:
-    def __init__(
-        self,
-        runtime_session: WorkerSession,
-        context: TrainContext,
-        args: WorkerRunArgs,
-    ) -> None:
-        self.runtime = runtime_session
-        self.context = context
-        self.args = args
-        self.next_index = args.report_index_base
-        self._checkpoint_dir_name = args.checkpoint_dir_name
-
-    @property
-    def checkpoint(self) -> Checkpoint | None:
-        if self._checkpoint_dir_name is None:
-            return None
-        return self.context.get_storage().checkpoint(self._checkpoint_dir_name)
-
-    def report(
-        self,
-        metrics: dict[str, Any],
-        checkpoint: Checkpoint | None,
-        checkpoint_dir_name: str | None,
-    ) -> None:
-        # a stop requested by the driver (restart, parent job, Ctrl-C) ends the function here
-        self.runtime.raise_if_stop_requested()
-        index = self.next_index
-        self.next_index += 1
-        if checkpoint is None:
-            if checkpoint_dir_name is not None:
-                raise CheckpointReportError(
-                    f"train.report(checkpoint_dir_name={checkpoint_dir_name!r}) was given "
-                    "without a checkpoint; pass checkpoint=train.Checkpoint.from_directory(...)"
-                )
-            self.runtime.emit((REPORT, self.args.attempt, index, dict(metrics), None))
-            return
-        from lumos.storage import validate_name
-
-        dir_name = (
-            default_checkpoint_dir_name(index)
-            if checkpoint_dir_name is None
-            else validate_name(checkpoint_dir_name, "checkpoint_dir_name")
-        )
-        storage = self.context.get_storage()
-        with checkpoint.as_directory() as local_dir:
-            storage.persist_directory(local_dir, dir_name)
-        self.runtime.emit((REPORT, self.args.attempt, index, dict(metrics), dir_name))
-        answer = self.runtime.receive(None)
-        if answer != ack_message(index):  # pragma: no cover - protocol bug
-            raise RuntimeError(f"lumos.train: unexpected answer {answer!r} to report {index}")
-        self._checkpoint_dir_name = dir_name
+_current = CURRENT
 
 
-_current: CurrentSlot[_TrainSession] = CurrentSlot()
-
-
-def current_session(api: str) -> _TrainSession:
+def current_session(api: str) -> TrainSession:
     """The session of the calling training thread; helpful error outside of one.
 
     Raises:
@@ -244,7 +150,7 @@ def run_train_worker(
     if runtime_session is None or runtime_session.info is None:  # pragma: no cover
         raise RuntimeError("lumos.train worker started outside of a lumos.runtime WorkerGroup")
     context = TrainContext(runtime_session.info, args)
-    session = _TrainSession(runtime_session, context, args)
+    session = TrainSession(runtime_session, context, args)
     os.environ["LUMOS_TRAIN_RUN_NAME"] = args.run_name
     _current.activate(session)
     error: BaseException | None = None
@@ -255,8 +161,10 @@ def run_train_worker(
             train_fn(config if config is not None else {})
         else:
             train_fn()
+        session.end(ok=True)
     except BaseException as exc:
         error = exc
+        session.end(ok=False)
         raise
     finally:
         try:

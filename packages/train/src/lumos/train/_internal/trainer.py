@@ -16,7 +16,7 @@ from lumos.runtime import (
     context as job_context,
     ensure_ray,
 )
-from lumos.storage import RunState, RunStorage
+from lumos.storage import Checkpoint, RunState, RunStorage
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.config import RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
@@ -86,6 +86,10 @@ class DataParallelTrainer:
         train_loop_config: the ``config`` dict passed to it.
         scaling_config: how many workers, GPUs, resources.
         run_config: name, storage, failure and checkpoint settings, callbacks.
+        resume_from_checkpoint: a checkpoint to start from (e.g. fine-tuning a
+            pretrained model): ``train.get_checkpoint()`` returns it on an attempt of
+            a run that has no committed checkpoint of its own; once the run committed
+            one, restarts and job-level restore use the run's latest instead.
 
     Raises:
         TrainConfigError: an argument is invalid (e.g. the function does not
@@ -105,6 +109,7 @@ class DataParallelTrainer:
         train_loop_config: dict[str, Any] | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
         _group_factory: GroupFactory | None = None,
         _controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -128,6 +133,14 @@ class DataParallelTrainer:
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
+        if resume_from_checkpoint is not None and not isinstance(
+            resume_from_checkpoint, Checkpoint
+        ):
+            raise TrainConfigError(
+                f"resume_from_checkpoint={resume_from_checkpoint!r} is not a train.Checkpoint; "
+                "pass train.Checkpoint.from_directory(path) or None"
+            )
+        self.resume_from_checkpoint = resume_from_checkpoint
         self._pass_config = _takes_config(train_loop_per_worker, train_loop_config is not None)
         _check_picklable(train_loop_per_worker, f"train_loop_per_worker={train_loop_per_worker!r}")
         if train_loop_config is not None:
@@ -219,6 +232,7 @@ class DataParallelTrainer:
             job_context=job_context.current(),
             console=console,
             settings=self._settings,
+            resume_from_checkpoint=self.resume_from_checkpoint,
         )
 
 

@@ -18,20 +18,19 @@ only; the work of each state is done by its collaborators::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lumos.runtime import (
-    ErrorEvent,
     Event,
     FailureKind,
     FinishedEvent,
     ReportEvent,
-    WorkerDiedEvent,
     WorkerFailure,
-    WorkerHungEvent,
 )
 from lumos.train._internal.controller import messages
+from lumos.train._internal.controller.failures import failure_of, upload_failure
 from lumos.train._internal.controller.group import GroupDriver
 from lumos.train._internal.controller.metrics_buffer import MetricsBuffer
 from lumos.train._internal.controller.reports import Commit, ReportAggregator
@@ -47,12 +46,8 @@ from lumos.train._internal.controller.state import (
     SchedulingState,
 )
 from lumos.train._internal.errors import CheckpointReportError, TrainingFailedError
-from lumos.train._internal.session import (
-    WorkerRunArgs,
-    ack_message,
-    decode_report,
-    run_train_worker,
-)
+from lumos.train._internal.session import WorkerRunArgs, run_train_worker
+from lumos.train._internal.wire import RankReport, commit_message, decode
 
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint
@@ -107,6 +102,8 @@ class TrainController:
         self._world_size = 0
         self._running: set[int] = set()
         self._reports = ReportAggregator(0)
+        self._collecting = False  # winding down after a failure: collecting the other ends
+        self._stragglers = False  # a rank did not end within stop_grace_s
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> Result:
@@ -170,24 +167,53 @@ class TrainController:
 
     def _run_once(self, state: RunningState) -> ControllerState:
         events = self.workers.current().poll(self.spec.settings.poll_interval_s)
-        failures: list[WorkerFailure] = []
         try:
-            for event in events:
-                failure = self._handle_event(event)
-                if failure is not None:
-                    failures.append(failure)
+            failures = self._handle_events(events)
+            if failures:
+                failures += self._collect_other_endings()
         except _RunIsBroken as broken:
             return ErroredState(self._failed_error(str(broken.error), {-1: broken.error}))
         self._check_parent_stop()
         self.metrics.maybe_flush()
         if failures:
-            ended = {f.rank for f in failures} | (set(range(self._world_size)) - self._running)
+            ended = set(range(self._world_size)) - self._running
             return RestartingState(
                 failures=tuple(failures), attempt=state.attempt, ended_ranks=frozenset(ended)
             )
         if not self._running:
             return self._finish()
         return state
+
+    def _handle_events(self, events: list[Event]) -> list[WorkerFailure]:
+        failures = []
+        for event in events:
+            failure = self._handle_event(event)
+            if failure is not None:
+                failures.append(failure)
+        return failures
+
+    def _collect_other_endings(self) -> list[WorkerFailure]:
+        """After a first failure: stop the other ranks and collect how each one ended.
+
+        Every real error (not a ``StopRequested`` ending) joins the failures, so the
+        failure policy and ``TrainingFailedError.worker_errors`` see all of them. Waits
+        at most ``stop_grace_s``; a rank still running then makes the restart start a
+        new group.
+        """
+        if not self._running:
+            return []
+        group = self.workers.current()
+        group.request_stop()
+        failures: list[WorkerFailure] = []
+        deadline = time.monotonic() + self.spec.settings.stop_grace_s
+        self._collecting = True
+        try:
+            while self._running and (remaining := deadline - time.monotonic()) > 0:
+                failures += self._handle_events(group.poll(min(remaining, 1.0)))
+        finally:
+            self._collecting = False
+        self._stragglers = bool(self._running)
+        return failures
 
     def _restart(self, state: RestartingState) -> ControllerState:
         self.metrics.flush()
@@ -219,6 +245,7 @@ class TrainController:
         if (
             self.spec.restart_strategy != "replace_failed"
             or self.workers.group is None
+            or self._stragglers
             or any(f.rank < 0 for f in state.failures)
         ):
             return False
@@ -276,43 +303,57 @@ class TrainController:
     # -- events -------------------------------------------------------------------------
     def _handle_event(self, event: Event) -> WorkerFailure | None:
         if isinstance(event, ReportEvent):
-            self._on_report(event)
-            return None
+            return self._on_message(event)
         if isinstance(event, FinishedEvent):
             self._running.discard(event.rank)
-            self._aggregate(lambda: self._reports.finished(event.rank))
+            if not self._collecting:  # a stopped rank cannot send what it did not report
+                self._aggregate(lambda: self._reports.finished(event.rank))
             return None
-        failure = _failure_of(event, self.workers.node_of(event.rank))
+        failure = failure_of(event, self.workers.node_of(event.rank))
         if failure is not None:
             self._running.discard(event.rank)
         return failure
 
-    def _on_report(self, event: ReportEvent) -> None:
-        decoded = decode_report(event.payload)
+    def _on_message(self, event: ReportEvent) -> WorkerFailure | None:
+        decoded = decode(event.payload)
         if decoded is None:
-            return
-        attempt, report = decoded
+            return None
+        attempt, message = decoded
         if attempt != self._attempt:
-            return  # a late report of an attempt that already failed
-        if event.rank == 0:
+            return None  # a late message of an attempt that already failed
+        if isinstance(message, RankReport):
+            self._on_report(event.rank, message)
+            return None
+        if message.error is not None:  # the rank's thread still runs: it is stopped later
+            return upload_failure(event.rank, message.error, self.workers.node_of(event.rank))
+        rank = event.rank
+        for commit in self._aggregate(lambda: self._reports.uploaded(rank, message.index)):
+            self._commit(commit)
+        return None
+
+    def _on_report(self, rank: int, report: RankReport) -> None:
+        if rank == 0:
             self.metrics.add(report.index, report.metrics)
             self.last_metrics = report.metrics
             if report.checkpoint_dir_name is None:
                 self._deliver(report.metrics, None)
-        commit = self._aggregate(lambda: self._reports.add(event.rank, report))
-        if commit is not None:
+        for commit in self._aggregate(lambda: self._reports.add(rank, report)):
             self._commit(commit)
 
-    def _aggregate(self, call: Callable[[], Commit | None]) -> Commit | None:
+    def _aggregate(self, call: Callable[[], list[Commit] | None]) -> list[Commit]:
         try:
-            return call()
+            return call() or []
         except CheckpointReportError as error:
             raise _RunIsBroken(error) from error
 
     def _commit(self, commit: Commit) -> None:
         self.metrics.flush()
-        checkpoint = self.book.commit(commit.index, commit.dir_name, commit.metrics)
-        self.workers.current().send(ack_message(commit.index), ranks=list(commit.ranks))
+        try:
+            checkpoint = self.book.commit(commit.index, commit.dir_name, commit.metrics)
+        except CheckpointReportError as error:
+            raise _RunIsBroken(error) from error
+        # every rank learns the commit: SYNC ranks wait for it, the others read it later
+        self.workers.current().send(commit_message(commit.index, commit.dir_name))
         if 0 in commit.ranks:
             self._deliver(commit.metrics, checkpoint)
 
@@ -339,13 +380,17 @@ class TrainController:
             report_index_base=resume.report_index + 1 if resume else 0,
             checkpoint_dir_name=resume.dir_name if resume else None,
             pass_config=self.spec.pass_config,
+            committed_names=tuple(self.book.state.checkpoint_names()),
+            # a fine-tuning start: only while the run has no committed checkpoint of its own
+            starting_checkpoint=None if resume else self.spec.resume_from_checkpoint,
         )
 
     def _begin_attempt(self, attempt: int, world_size: int, base: int) -> None:
         self._attempt = attempt
         self._world_size = world_size
         self._running = set(range(world_size))
-        self._reports = ReportAggregator(world_size)
+        self._reports = ReportAggregator(world_size, self.book.state.checkpoint_names())
+        self._stragglers = False
         self.metrics.rewind(base)  # rows from the resume point on are reported again
         self.book.begin_attempt(attempt)
 
@@ -376,31 +421,3 @@ class TrainController:
             else RuntimeError(messages.describe_failure(f, workers))
             for f in failures
         }
-
-
-def _failure_of(event: Event, node: str | None) -> WorkerFailure | None:
-    """The failure an error, death or hang event means (``None`` for other events)."""
-    if isinstance(event, ErrorEvent):
-        first = event.error.message.strip().splitlines()
-        return WorkerFailure(
-            rank=event.rank,
-            kind=FailureKind.USER_ERROR,
-            node_id=node,
-            error=event.error,
-            message=f"{event.error.exc_type.rsplit('.', 1)[-1]}: {first[0] if first else ''}",
-        )
-    if isinstance(event, WorkerDiedEvent):
-        return WorkerFailure(
-            rank=event.rank,
-            kind=FailureKind.ACTOR_DIED,
-            node_id=event.node_id or node,
-            message=f"worker process died ({event.reason})",
-        )
-    if isinstance(event, WorkerHungEvent):
-        return WorkerFailure(
-            rank=event.rank,
-            kind=FailureKind.HUNG,
-            node_id=event.node_id or node,
-            message=f"worker did not answer for {event.waited_s:.0f} s (hung)",
-        )
-    return None  # unknown event kinds are ignored

@@ -113,6 +113,7 @@ class GroupDriver:
                     extra_dead.add(event.rank)
         if extra_dead:
             self._replace(group, sorted(extra_dead))
+        group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
         return extra_dead
 
     def _replace(self, group: WorkerGroupProtocol, ranks: list[int]) -> None:

@@ -2,22 +2,25 @@
 
 Every rank calls ``train.report()`` the same number of times; report ``#i`` of a
 run is complete once every rank sent it. A complete report in which at least one
-rank persisted checkpoint files becomes a :class:`Commit`; the controller writes
-it (``RunBook.commit``) and acknowledges it to the ranks that wait for it.
+rank passed a checkpoint becomes a :class:`Commit` once every rank's background
+upload of it (ASYNC) finished too. Commits come out strictly in report order: a
+later report whose uploads finish first waits for the earlier ones. The controller
+writes each commit (``RunBook.commit``) and sends the commit notice to the ranks.
 
-The aggregator also catches the two ways ranks can disagree about a checkpoint,
-which no retry can fix (``CheckpointReportError``): different
-``checkpoint_dir_name`` values for one report, and a rank that returned without
-sending a report that others sent with a checkpoint.
+The aggregator also catches the ways ranks can misuse checkpoint names, which no
+retry can fix (``CheckpointReportError``): different ``checkpoint_dir_name`` values
+for one report, a name already used by a committed (or another pending) checkpoint,
+and a rank that returned without sending a report that others sent with a checkpoint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lumos.train._internal.errors import CheckpointReportError
-from lumos.train._internal.session import RankReport
+from lumos.train._internal.wire import RankReport
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Commit:
         index: The report's index in the run.
         dir_name: The checkpoint directory every uploading rank wrote into.
         metrics: Rank 0's metrics of that report.
-        ranks: The ranks that uploaded files and wait for the commit.
+        ranks: The ranks that passed a checkpoint.
     """
 
     index: int
@@ -58,39 +61,102 @@ class ReportAggregator:
 
     Args:
         world_size: The number of ranks in the attempt.
+        committed_names: Names of the run's checkpoints committed before the attempt.
 
     Example:
         >>> agg = ReportAggregator(world_size=2)
-        >>> agg.add(0, RankReport(0, {"loss": 1.0}, "ckpt")) is None
-        True
+        >>> agg.add(0, RankReport(0, {"loss": 1.0}, "ckpt"))
+        []
         >>> agg.add(1, RankReport(0, {"loss": 1.1}, "ckpt"))
-        Commit(index=0, dir_name='ckpt', metrics={'loss': 1.0}, ranks=(0, 1))
+        [Commit(index=0, dir_name='ckpt', metrics={'loss': 1.0}, ranks=(0, 1))]
     """
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, committed_names: Iterable[str] = ()) -> None:
         self.world_size = world_size
+        self._committed = set(committed_names)
         self._pending: dict[int, _Pending] = {}
+        self._waiting: dict[int, tuple[Commit, set[int]]] = {}  # complete, uploads pending
+        self._uploaded_early: set[tuple[int, int]] = set()
         self._finished: set[int] = set()
 
-    def add(self, rank: int, report: RankReport) -> Commit | None:
+    def add(self, rank: int, report: RankReport) -> list[Commit]:
         """Record ``rank``'s report.
 
         Returns:
-            The commit when this report completes one with a checkpoint, else ``None``.
+            The commits this report releases, in report order (often none).
 
         Raises:
-            CheckpointReportError: the ranks disagree about this report's checkpoint.
+            CheckpointReportError: the ranks disagree about this report's checkpoint,
+                or its name is already used by another checkpoint of the run.
         """
+        if report.checkpoint_dir_name is not None:
+            self._check_name_free(report.index, report.checkpoint_dir_name)
         pending = self._pending.get(report.index)
         if pending is None:
             pending = self._pending[report.index] = _Pending(report.index)
         pending.by_rank[rank] = report
-        if len(pending.by_rank) >= self.world_size:
-            del self._pending[report.index]
-            return _commit_of(pending) if pending.has_checkpoint() else None
-        if report.checkpoint_dir_name is not None:
-            self._check_reportable(pending)
-        return None
+        if len(pending.by_rank) < self.world_size:
+            if report.checkpoint_dir_name is not None:
+                self._check_reportable(pending)
+            return []
+        del self._pending[report.index]
+        if not pending.has_checkpoint():
+            return []
+        commit = _commit_of(pending)
+        uploading = {
+            r
+            for r, rep in pending.by_rank.items()
+            if rep.upload_pending and (commit.index, r) not in self._uploaded_early
+        }
+        self._uploaded_early -= {(commit.index, r) for r in pending.by_rank}
+        self._waiting[commit.index] = (commit, uploading)
+        return self._release()
+
+    def uploaded(self, rank: int, index: int) -> list[Commit]:
+        """Record that ``rank``'s background upload of report ``index`` finished.
+
+        Returns:
+            The commits this releases, in report order.
+        """
+        entry = self._waiting.get(index)
+        if entry is None:
+            self._uploaded_early.add((index, rank))  # its report is not complete yet
+            return []
+        entry[1].discard(rank)
+        return self._release()
+
+    def in_flight(self) -> list[int]:
+        """Indices of complete reports whose uploads have not all finished."""
+        return sorted(self._waiting)
+
+    def _release(self) -> list[Commit]:
+        out: list[Commit] = []
+        for index in sorted(self._waiting):
+            commit, uploading = self._waiting[index]
+            if uploading:
+                break  # commits stay in report order
+            del self._waiting[index]
+            self._committed.add(commit.dir_name)
+            out.append(commit)
+        return out
+
+    def _check_name_free(self, index: int, name: str) -> None:
+        """A name of a committed checkpoint, or of another pending report, is refused."""
+        if name in self._committed:
+            raise CheckpointReportError(
+                f"train.report() #{index} reuses checkpoint_dir_name={name!r}, the name of a "
+                "committed checkpoint of this run; checkpoint names must be unique in a run, "
+                "so that a committed checkpoint never changes"
+            )
+        others = [
+            i for i, p in self._pending.items() if i != index and name in p.dir_names().values()
+        ] + [i for i, (c, _) in self._waiting.items() if i != index and c.dir_name == name]
+        if others:
+            raise CheckpointReportError(
+                f"train.report() #{index} reuses checkpoint_dir_name={name!r}, the name of "
+                f"report #{others[0]}'s checkpoint, which is not committed yet; checkpoint "
+                "names must be unique in a run"
+            )
 
     def finished(self, rank: int) -> None:
         """Record that ``rank``'s training function returned.
@@ -123,8 +189,8 @@ def _commit_of(pending: _Pending) -> Commit:
         detail = ", ".join(f"rank {r}: {d!r}" for r, d in sorted(names.items()))
         raise CheckpointReportError(
             f"train.report() #{pending.index} got different checkpoint_dir_name values "
-            f"across ranks ({detail}); every rank must pass the same "
-            "checkpoint_dir_name (or none) for one report"
+            f"across ranks ({detail}); every rank that passes a checkpoint must pass the "
+            "same checkpoint_dir_name for one report"
         )
     rank0 = pending.by_rank.get(0)
     return Commit(

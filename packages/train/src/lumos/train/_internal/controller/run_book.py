@@ -20,6 +20,7 @@ from lumos.storage import (
     RunState,
     RunStorage,
 )
+from lumos.train._internal.errors import CheckpointReportError
 from lumos.train._internal.result import Result, result_from_state
 
 RunStatus = Literal["running", "finished", "errored", "aborted"]
@@ -80,7 +81,16 @@ class RunBook:
 
         Once this returned, the checkpoint survives any failure; the retention
         policy may have deleted older ones.
+
+        Raises:
+            CheckpointReportError: ``dir_name`` already names a committed checkpoint
+                (names are unique in a run: a committed checkpoint never changes).
         """
+        if dir_name in self.state.checkpoint_names():
+            raise CheckpointReportError(
+                f"report #{index}: checkpoint_dir_name={dir_name!r} already names a committed "
+                "checkpoint of this run; checkpoint names must be unique in a run"
+            )
         record = CheckpointRecord(
             dir_name=dir_name, metrics=metrics, report_index=index, created_at=time.time()
         )

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from lumos.runtime import FailurePolicy, GroupFactory, WorkerGroupSpec
     from lumos.runtime.context import JobContext
-    from lumos.storage import RetentionPolicy, RunState, RunStorage
+    from lumos.storage import Checkpoint, RetentionPolicy, RunState, RunStorage
     from lumos.train._internal.callback import Callback
 
 RestartStrategy = Literal["replace_failed", "full_group"]
@@ -63,6 +63,8 @@ class ControllerSpec:
         job_context: The enclosing job (a Tune trial), or ``None``.
         console: Where state lines go.
         settings: Timing knobs.
+        resume_from_checkpoint: The trainer's starting checkpoint (fine-tuning), used
+            until the run commits a checkpoint of its own.
     """
 
     train_fn: Callable[..., Any]
@@ -81,3 +83,4 @@ class ControllerSpec:
     job_context: JobContext | None = None
     console: Console = field(default_factory=lambda: Console(0))
     settings: ControllerSettings = field(default_factory=ControllerSettings)
+    resume_from_checkpoint: Checkpoint | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lumos.runtime import GroupFactory
 from lumos.train._internal.backend import Backend
@@ -13,6 +13,9 @@ from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.torch.backend import TorchBackend
 from lumos.train._internal.torch.config import TorchConfig
 from lumos.train._internal.trainer import DataParallelTrainer
+
+if TYPE_CHECKING:
+    from lumos.storage import Checkpoint
 
 
 class TorchTrainer(DataParallelTrainer):
@@ -30,6 +33,8 @@ class TorchTrainer(DataParallelTrainer):
         torch_config: backend and timeout of the process group.
         scaling_config: how many workers, GPUs, resources.
         run_config: name, storage, failure and checkpoint settings, callbacks.
+        resume_from_checkpoint: a checkpoint to start from (fine-tuning):
+            ``train.get_checkpoint()`` returns it until the run commits its own.
 
     Example:
         >>> trainer = TorchTrainer(train_fn, train_loop_config={"lr": 1e-3},
@@ -46,6 +51,7 @@ class TorchTrainer(DataParallelTrainer):
         torch_config: TorchConfig | None = None,
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
         _group_factory: GroupFactory | None = None,
         _controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -54,6 +60,7 @@ class TorchTrainer(DataParallelTrainer):
             train_loop_config=train_loop_config,
             scaling_config=scaling_config,
             run_config=run_config,
+            resume_from_checkpoint=resume_from_checkpoint,
             _group_factory=_group_factory,
             _controller_settings=_controller_settings,
         )
