@@ -15,6 +15,10 @@ subprocess so that earlier parts do not count).
 
 Budget (DESIGN.md): lumos >= 0.6x the floor, >= 100x ray.tune, RSS < 300 MB.
 
+Then population-based training (``bench_tune_pbt.py``): lumos's PBT against its own
+FIFO on the same 4 trials x 12 steps (budget <= 1.2x), ray.tune's PBT against its FIFO
+for reference. ``--pbt`` runs only that part.
+
 Run: ``/work/venv/bin/python benchmarks/bench_tune.py`` (``--quick`` for a smoke run).
 """
 
@@ -175,7 +179,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--rss-child", nargs=3, metavar=("N", "STORAGE", "ADDRESS"))
+    parser.add_argument("--pbt", action="store_true", help="only the PBT section")
     args = parser.parse_args()
+    if args.pbt:
+        _pbt_section(args.quick)
+        return
     if args.rss_child:
         n, storage, address = args.rss_child
         _rss_child(int(n), storage, address)
@@ -238,6 +246,19 @@ def main() -> None:
         f"(budget < 300 MB) {'OK' if peak < 300 else 'OVER BUDGET'}; "
         f"rate {rss['rate']:.1f} trials/s"
     )
+    _pbt_section(args.quick)
+
+
+def _pbt_section(quick: bool) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_tune_pbt
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        bench_tune_pbt.run(quick)
+    finally:
+        ray.shutdown()
 
 
 if __name__ == "__main__":

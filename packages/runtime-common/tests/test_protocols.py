@@ -120,6 +120,7 @@ def test_protocol_members_are_what_the_controllers_use() -> None:
         "pending_workers",
         "launch",
         "poll",
+        "send",
         "request_stop",
         "remove_worker",
         "shutdown",

@@ -37,12 +37,17 @@ from lumos import tune
         ({"time_budget_s": 0}, "time_budget_s"),
         ({"health_check_timeout_s": 0}, "health_check_timeout_s"),
         ({"health_check_timeout_s": -5.0}, "health_check_timeout_s"),
-        ({"unknown": 1}, "unknown"),
     ],
 )
 def test_tune_config_rejects_bad_values(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         tune.TuneConfig(**kwargs)
+
+
+def test_tune_config_rejects_an_unknown_field_by_name() -> None:
+    with pytest.raises(tune.TuneConfigError, match="no field 'unknown'") as info:
+        tune.TuneConfig(unknown=1)
+    assert isinstance(info.value, ValueError)
 
 
 def test_tune_config_accepts_single_and_multi_objective() -> None:

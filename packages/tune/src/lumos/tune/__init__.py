@@ -30,7 +30,8 @@ from lumos.runtime import lazy_attributes
 from lumos.tune._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from lumos.storage import Checkpoint as Checkpoint, CheckpointConfig as CheckpointConfig
+    from lumos.storage import Checkpoint as Checkpoint
+    from lumos.tune import schedulers as schedulers, search as search, stopper as stopper
     from lumos.tune._internal.callbacks import (
         Callback as Callback,
         CSVLoggerCallback as CSVLoggerCallback,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         TBXLoggerCallback as TBXLoggerCallback,
     )
     from lumos.tune._internal.config import (
+        CheckpointConfig as CheckpointConfig,
         FailureConfig as FailureConfig,
         RunConfig as RunConfig,
         TuneConfig as TuneConfig,
@@ -53,16 +55,21 @@ if TYPE_CHECKING:
         TuneFailedError as TuneFailedError,
         TuneTypeError as TuneTypeError,
     )
+    from lumos.tune._internal.pbt import PopulationBasedTraining as PopulationBasedTraining
     from lumos.tune._internal.result import Result as Result, ResultGrid as ResultGrid
-    from lumos.tune._internal.search_space import (
+    from lumos.tune._internal.sample import (
         choice as choice,
         grid_search as grid_search,
         lograndint as lograndint,
         loguniform as loguniform,
+        qlograndint as qlograndint,
         qloguniform as qloguniform,
         qrandint as qrandint,
+        qrandn as qrandn,
         quniform as quniform,
         randint as randint,
+        randn as randn,
+        sample_from as sample_from,
         uniform as uniform,
     )
     from lumos.tune._internal.session import (
@@ -75,12 +82,17 @@ if TYPE_CHECKING:
         export_study_journal as export_study_journal,
         load_study as load_study,
     )
+    from lumos.tune._internal.trainable import Trainable as Trainable
     from lumos.tune._internal.trial import Trial as Trial, TrialStatus as TrialStatus
     from lumos.tune._internal.tuner import Tuner as Tuner
+    from lumos.tune._internal.wrappers import (
+        with_parameters as with_parameters,
+        with_resources as with_resources,
+    )
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "lumos.storage",
-    "CheckpointConfig": "lumos.storage",
+    "CheckpointConfig": "lumos.tune._internal.config",
     "Callback": "lumos.tune._internal.callbacks",
     "CSVLoggerCallback": "lumos.tune._internal.callbacks",
     "JSONLoggerCallback": "lumos.tune._internal.callbacks",
@@ -97,17 +109,22 @@ _LAZY: dict[str, str] = {
     "TrialPruned": "lumos.tune._internal.errors",
     "TuneError": "lumos.tune._internal.errors",
     "TuneFailedError": "lumos.tune._internal.errors",
+    "PopulationBasedTraining": "lumos.tune._internal.pbt",
     "Result": "lumos.tune._internal.result",
     "ResultGrid": "lumos.tune._internal.result",
-    "choice": "lumos.tune._internal.search_space",
-    "grid_search": "lumos.tune._internal.search_space",
-    "lograndint": "lumos.tune._internal.search_space",
-    "loguniform": "lumos.tune._internal.search_space",
-    "qloguniform": "lumos.tune._internal.search_space",
-    "qrandint": "lumos.tune._internal.search_space",
-    "quniform": "lumos.tune._internal.search_space",
-    "randint": "lumos.tune._internal.search_space",
-    "uniform": "lumos.tune._internal.search_space",
+    "choice": "lumos.tune._internal.sample",
+    "grid_search": "lumos.tune._internal.sample",
+    "lograndint": "lumos.tune._internal.sample",
+    "loguniform": "lumos.tune._internal.sample",
+    "qlograndint": "lumos.tune._internal.sample",
+    "qloguniform": "lumos.tune._internal.sample",
+    "qrandint": "lumos.tune._internal.sample",
+    "qrandn": "lumos.tune._internal.sample",
+    "quniform": "lumos.tune._internal.sample",
+    "randint": "lumos.tune._internal.sample",
+    "randn": "lumos.tune._internal.sample",
+    "sample_from": "lumos.tune._internal.sample",
+    "uniform": "lumos.tune._internal.sample",
     "TrialContext": "lumos.tune._internal.session",
     "get_checkpoint": "lumos.tune._internal.session",
     "get_context": "lumos.tune._internal.session",
@@ -116,7 +133,13 @@ _LAZY: dict[str, str] = {
     "load_study": "lumos.tune._internal.study",
     "Trial": "lumos.tune._internal.trial",
     "TrialStatus": "lumos.tune._internal.trial",
+    "Trainable": "lumos.tune._internal.trainable",
     "Tuner": "lumos.tune._internal.tuner",
+    "schedulers": "lumos.tune.schedulers",
+    "search": "lumos.tune.search",
+    "stopper": "lumos.tune.stopper",
+    "with_parameters": "lumos.tune._internal.wrappers",
+    "with_resources": "lumos.tune._internal.wrappers",
 }
 
 __getattr__, __dir__, __all__ = lazy_attributes(

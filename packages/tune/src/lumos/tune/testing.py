@@ -14,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lumos.storage import CheckpointRecord, RunState, RunStorage
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.executor import Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
@@ -80,22 +82,34 @@ class ScriptedExecutor:
             called again for every attempt (``spec.attempt``, ``spec.checkpoint_dir``
             and ``spec.start_iteration`` tell a retry from a first run).
         capacity: At most this many trials are placed; later ones wait "for resources".
+        storage: The experiment's storage. When given, a report with a checkpoint
+            really commits one (a small file, ``RunStorage.commit_checkpoint``) in the
+            trial's directory, as ``tune.report`` does; population-based training
+            clones such checkpoints.
 
     Attributes:
         started: Every spec launched, in order.
         stopped: Trial ids the controller asked to stop, in order.
         killed: Trial ids the controller killed.
+        kept: Trial ids whose worker the controller asked to keep for a relaunch.
+        answers: ``(trial_id, go)`` the controller sent to waiting reports.
         max_running: Most trials running at once.
     """
 
     def __init__(
-        self, script: Callable[[TrialSpec], list[Step]], capacity: int | None = None
+        self,
+        script: Callable[[TrialSpec], list[Step]],
+        capacity: int | None = None,
+        storage: RunStorage | None = None,
     ) -> None:
         self.script = script
+        self.storage = storage
         self.capacity = capacity
         self.started: list[TrialSpec] = []
         self.stopped: list[str] = []
         self.killed: list[str] = []
+        self.kept: list[str] = []
+        self.answers: list[tuple[str, bool]] = []
         self.max_running = 0
         self.polls = 0
         self._running: dict[str, _Running] = {}
@@ -117,6 +131,12 @@ class ScriptedExecutor:
             self._running[trial_id].stop = True
         return []
 
+    def answer(self, trial_id: str, go: bool) -> None:
+        self.answers.append((trial_id, go))
+
+    def keep_worker(self, trial_id: str) -> None:
+        self.kept.append(trial_id)
+
     def kill(self, trial_id: str) -> None:
         self.killed.append(trial_id)
         self._running.pop(trial_id, None)
@@ -128,6 +148,17 @@ class ScriptedExecutor:
 
     def release_idle(self, keep: int) -> None:
         return None
+
+    def _commit(self, run: _Running, dir_name: str, metrics: dict[str, Any]) -> None:
+        assert self.storage is not None
+        trial = self.storage.child(run.spec.directory)
+        path = trial.checkpoint_path(dir_name)
+        trial.fs.makedirs(path, exist_ok=True)
+        content = json.dumps({"config": run.spec.config, "iteration": run.iteration})
+        trial.fs.pipe_file(f"{path}/state.json", content.encode())
+        state = trial.load_state() or RunState(name=run.spec.directory)
+        record = CheckpointRecord(dir_name=dir_name, metrics=metrics, report_index=run.iteration)
+        trial.commit_checkpoint(state, record)
 
     def poll(self, timeout_s: float | None) -> list[TrialEvent]:
         self.polls += 1
@@ -153,6 +184,8 @@ class ScriptedExecutor:
                 run.iteration += 1
                 metrics = {**step.metrics, ITERATION_KEY: run.iteration}
                 ckpt = f"checkpoint_{run.iteration:06d}" if step.checkpoint else None
+                if ckpt is not None and self.storage is not None:
+                    self._commit(run, ckpt, metrics)
                 events.append(Reported(tid, run.iteration, metrics, ckpt))
             elif step.kind == "fail":
                 err = TrialErrorRecord(

@@ -97,6 +97,10 @@ class WorkerPoolProtocol(Protocol):
         """Wait up to ``timeout_s`` for events from any worker."""
         ...
 
+    def send(self, worker_id: int, value: Any) -> None:
+        """Deliver ``value`` to the user thread of one worker (``session.receive()``)."""
+        ...
+
     def request_stop(self, worker_id: int) -> None:
         """Ask one worker's function to stop."""
         ...

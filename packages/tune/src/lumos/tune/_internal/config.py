@@ -9,10 +9,13 @@ from typing import Any, ClassVar, Literal
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lumos import runtime
+from lumos import runtime, storage
 from lumos.runtime import validate_resources
 from lumos.storage import validate_name
 from lumos.tune._internal.callbacks import Callback
+from lumos.tune._internal.config_fields import RUN_ONLY, TUNE_ONLY, check_fields
+from lumos.tune._internal.pbt import PopulationBasedTraining
+from lumos.tune._internal.ray_compat import normalise_tune_config
 
 Mode = Literal["min", "max"]
 StopCallable = Callable[[str, dict[str, Any]], bool]
@@ -36,10 +39,42 @@ class FailureConfig(runtime.FailureConfig):
             for this many seconds is declared hung, killed and its trial fails
             (retried per ``max_failures``). Default 30 s: a busy machine can delay a
             healthy actor's answer by several seconds.
+        fail_fast: Ray's place for ``TuneConfig(fail_fast=True)`` (either works).
 
     Example:
         >>> tune.RunConfig(failure_config=tune.FailureConfig(max_failures=2))
     """
+
+    fail_fast: bool | str = False
+
+    @field_validator("fail_fast")
+    @classmethod
+    def _fail_fast(cls, value: bool | str) -> bool | str:
+        if isinstance(value, str) and value != "raise":
+            raise ValueError(f"fail_fast={value!r}: give True, False or 'raise'")
+        return value
+
+
+class CheckpointConfig(storage.CheckpointConfig):
+    """Per-trial checkpoint retention (``lumos.storage.CheckpointConfig``) plus Ray's
+    ``checkpoint_frequency`` / ``checkpoint_at_end`` for ``tune.Trainable`` classes.
+
+    Args:
+        num_to_keep: Keep at most this many checkpoints per trial (the latest always).
+        checkpoint_score_attribute: Metric that ranks checkpoints for retention.
+        checkpoint_score_order: ``"max"`` or ``"min"``.
+        checkpoint_frequency: A ``tune.Trainable`` saves every this many steps
+            (0: its class attribute ``checkpoint_frequency`` decides).
+        checkpoint_at_end: A ``tune.Trainable`` saves when it ends with ``done``
+            (default: yes when it saves at all).
+
+    Example:
+        >>> tune.RunConfig(checkpoint_config=tune.CheckpointConfig(
+        ...     num_to_keep=4, checkpoint_score_attribute="acc", checkpoint_frequency=5))
+    """
+
+    checkpoint_frequency: int = Field(default=0, ge=0)
+    checkpoint_at_end: bool | None = None
 
 
 class RunConfig(runtime.RunConfig):
@@ -59,6 +94,7 @@ class RunConfig(runtime.RunConfig):
         checkpoint_config: Per-trial checkpoint retention.
         callbacks: :class:`~lumos.tune.Callback` objects called in the driver.
         verbose: 0 silent, 1 progress table and summary, 2 also one line per finished trial.
+        stop: As ``TuneConfig(stop=...)`` (Ray Tune puts it here); not both.
 
     Example:
         >>> tune.RunConfig(name="sweep-7", storage_path="s3://bucket/sweeps")
@@ -66,7 +102,13 @@ class RunConfig(runtime.RunConfig):
 
     callback_type: ClassVar[type] = Callback
 
+    def __init__(self, **data: Any) -> None:
+        check_fields("RunConfig", data, type(self).model_fields, ("TuneConfig", TUNE_ONLY))
+        super().__init__(**data)
+
     failure_config: FailureConfig = Field(default_factory=FailureConfig)
+    stop: dict[str, float] | Callable[..., bool] | None = None
+    """Ray's place for ``TuneConfig(stop=...)`` (the same values; give it in one place)."""
 
     @field_validator("name")
     @classmethod
@@ -109,6 +151,19 @@ class TuneConfig(BaseModel):
             multi-objective). Seed it for reproducible runs.
         pruner: Any Optuna pruner (``SuccessiveHalvingPruner`` = ASHA, ``HyperbandPruner``,
             ``MedianPruner``, ...). Each ``tune.report`` is one step.
+        scheduler: A :class:`~lumos.tune.PopulationBasedTraining` (not together with
+            ``pruner``; needs a single ``metric`` and ``mode``), or one of Ray's
+            early-stopping schedulers from ``lumos.tune.schedulers`` (``ASHAScheduler``,
+            ``HyperBandScheduler``, ``MedianStoppingRule``, ``FIFOScheduler``), which
+            become the matching Optuna ``pruner``.
+        search_alg: Ray's spelling: ``lumos.tune.search.optuna.OptunaSearch(sampler=...)``
+            (optionally in a ``ConcurrencyLimiter``) sets ``sampler`` (and
+            ``max_concurrent_trials``); other Ray searchers are an error naming the
+            Optuna sampler to use.
+        trial_name_creator: ``(tune.Trial) -> str``: each new trial's name (shown in the
+            console, ``Result.trial_name``, ``tune.get_context().get_trial_name()``).
+        trial_dirname_creator: ``(tune.Trial) -> str``: each new trial's directory name
+            in the experiment (letters, digits, ``._-``; a clash gets ``_<trial id>``).
         num_samples: Number of trials (times the grid size when the space has grid
             searches). -1: keep starting trials until ``time_budget_s`` runs out.
         max_concurrent_trials: Trials running at once (default: as many as the
@@ -135,10 +190,20 @@ class TuneConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
+    def __init__(self, **data: Any) -> None:
+        check_fields("TuneConfig", data, type(self).model_fields, ("RunConfig", RUN_ONLY))
+        super().__init__(**data)
+
     metric: str | list[str] | None = None
     mode: Mode | list[Mode] | None = None
     sampler: optuna.samplers.BaseSampler | None = None
     pruner: optuna.pruners.BasePruner | None = None
+    scheduler: PopulationBasedTraining | None = None
+    search_alg: Any = None
+    reuse_actors: bool | None = None
+    """Accepted for Ray scripts and ignored: lumos always reuses trial actors."""
+    trial_name_creator: Callable[..., str] | None = None
+    trial_dirname_creator: Callable[..., str] | None = None
     num_samples: int = 1
     max_concurrent_trials: int | None = Field(default=None, ge=1)
     time_budget_s: float | None = Field(default=None, gt=0)
@@ -148,6 +213,13 @@ class TuneConfig(BaseModel):
     fail_fast: bool = False
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     """Deprecated alias of ``FailureConfig.health_check_timeout_s``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_spellings(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return normalise_tune_config(data)
+        return data
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -193,6 +265,16 @@ class TuneConfig(BaseModel):
             validate_resources(dict(value), "trial_resources", allow_zero=True)
         return value
 
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _scheduler(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, PopulationBasedTraining):
+            raise ValueError(
+                f"scheduler={value!r}: give tune.PopulationBasedTraining(...); to stop bad "
+                "trials early give an Optuna pruner as TuneConfig(pruner=...)"
+            )
+        return value
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop(cls, value: Any) -> Any:
@@ -202,7 +284,7 @@ class TuneConfig(BaseModel):
             )
         if isinstance(value, Mapping):
             for key, bound in value.items():
-                if not isinstance(bound, (int, float)) or isinstance(bound, bool):
+                if not isinstance(bound, (int, float)):
                     raise ValueError(f"stop[{key!r}]={bound!r}: bounds must be numbers")
         return value
 
@@ -230,6 +312,7 @@ class TuneConfig(BaseModel):
                 f"pruner={type(self.pruner).__name__} cannot prune a multi-objective search "
                 f"(metric={metric!r}); Optuna pruners need a single metric"
             )
+        self._check_scheduler()
         if self.num_samples == -1 and self.time_budget_s is None:
             raise ValueError("num_samples=-1 runs until time_budget_s, so set time_budget_s")
         if "health_check_timeout_s" in self.model_fields_set:
@@ -241,6 +324,22 @@ class TuneConfig(BaseModel):
                 stacklevel=2,
             )
         return self
+
+    def _check_scheduler(self) -> None:
+        scheduler = self.scheduler
+        if scheduler is None:
+            return
+        name = type(scheduler).__name__
+        if self.pruner is not None and not isinstance(self.pruner, optuna.pruners.NopPruner):
+            raise ValueError(
+                f"scheduler={name} and pruner={type(self.pruner).__name__} were both given; "
+                "population-based training decides which trials go on by itself: drop the pruner"
+            )
+        if self.metric is None or (isinstance(self.metric, list) and len(self.metric) != 1):
+            raise ValueError(
+                f"scheduler={name} needs one metric to rank trials: set "
+                f"TuneConfig(metric='loss', mode='min'), got metric={self.metric!r}"
+            )
 
     # helpers -------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from lumos.tune._internal.callbacks import Callback
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import (
     ABORT,
+    EXPLOIT,
     PRUNE,
     TIME_BUDGET,
     ControllerSettings,
@@ -35,19 +36,19 @@ from lumos.tune._internal.controller_api import (
     ProgressSink,
 )
 from lumos.tune._internal.errors import (
-    MetricNotReportedError,
     TrialError,
     TrialErrorRecord,
     TuneFailedError,
 )
 from lumos.tune._internal.executor import Cancelled, Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.experiment import GRID_ATTR, Experiment
+from lumos.tune._internal.pbt_runner import PbtRunner
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
 from lumos.tune._internal.study_outcome import tell_study
 from lumos.tune._internal.trial import LiveTrial, TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, ErrorRecord, ReportRecord, StartRecord
-from lumos.tune._internal.trial_rules import StopRules, TrialFailures
+from lumos.tune._internal.trial_rules import StopRules, TrialFailures, TrialNames
 
 __all__ = ["ControllerSettings", "TuneController"]
 
@@ -93,7 +94,10 @@ class TuneController:
         self.clock = clock
         self.rules = StopRules(tune_config)
         self.failures = TrialFailures(settings.max_failures)
-
+        self.names = TrialNames(tune_config, {t.dir_name for t in experiment.trials})
+        self.pbt = PbtRunner.for_config(
+            tune_config, experiment.storage, settings.retention, experiment.trials
+        )
         self.trials: list[LiveTrial] = list(experiment.trials)
         self._queue: deque[LiveTrial] = deque(
             t for t in self.trials if t.status is TrialStatus.PENDING
@@ -183,10 +187,14 @@ class TuneController:
             path=self.exp.storage.child(f"trial_{ot.number:05d}").uri,
             optuna_trial=ot,
         )
+        names = self.names.name(trial)
+        if names is not None:
+            trial.path = self.exp.storage.child(trial.dir_name).uri
+            self.exp.trials_journal.append(names)
         self.trials.append(trial)
         return trial
 
-    def _launch(self, trial: LiveTrial) -> None:
+    def _launch(self, trial: LiveTrial, *, record_start: bool = True) -> None:
         trial.status = TrialStatus.RUNNING
         trial.stop_reason = None
         if not trial.start_time:
@@ -200,6 +208,8 @@ class TuneController:
             attempt=trial.attempt,
             checkpoint_dir=trial.checkpoint_dir,
             start_iteration=trial.checkpoint_iteration if trial.checkpoint_dir else 0,
+            dir_name=trial.dir_name,
+            pbt_last_look=self.pbt.last_look(trial.trial_id) if self.pbt else 0.0,
         )
         # History lists are replaced, never cut in place: snapshots taken earlier stay true.
         if trial.checkpoint_dir is None and trial.history:
@@ -212,8 +222,9 @@ class TuneController:
             ]
             trial.iteration = spec.start_iteration
         self._running[trial.trial_id] = trial
-        self.exp.trials_journal.append(StartRecord(trial.number, trial.attempt))
-        self._dirty_end = True
+        if record_start:
+            self.exp.trials_journal.append(StartRecord(trial.number, trial.attempt))
+            self._dirty_end = True
         self.executor.start(spec)
         if self.callbacks:
             snapshot = trial.snapshot()
@@ -227,6 +238,8 @@ class TuneController:
             return
         if isinstance(ev, Reported):
             self._on_report(trial, ev)
+            if ev.awaiting:
+                self.executor.answer(trial.trial_id, go=trial.stop_reason is None)
         elif isinstance(ev, Finished):
             self._on_finished(trial, ev)
         elif isinstance(ev, Failed):
@@ -254,8 +267,28 @@ class TuneController:
         if trial.stop_reason is not None:
             return
         reason = self.rules.after_report(trial, ev.iteration, ev.metrics)
+        pbt = self.pbt
+        if reason is None and pbt and pbt.after_report(trial, ev.metrics, self.trials):
+            self.executor.keep_worker(trial.trial_id)
+            reason = EXPLOIT
         if reason is not None:
             self._request_stop(trial, reason)
+
+    def _exploit(self, trial: LiveTrial) -> None:
+        """The exploited trial stopped: clone its donor into it and relaunch it."""
+        assert self.pbt is not None
+        if self._stopping:  # the sweep ends: so does the trial
+            self._forget_exploit(trial)
+            self._end(trial, TrialStatus.TERMINATED)
+            return
+        self._running.pop(trial.trial_id, None)
+        self._stop_requested_at.pop(trial.trial_id, None)
+        trial.stop_reason = None
+        record = self.pbt.execute(trial, {t.trial_id: t for t in self.trials})
+        if record is not None:
+            self.exp.trials_journal.append(record)
+            self._flush(force=True)
+        self._launch(trial, record_start=False)
 
     def _request_stop(self, trial: LiveTrial, reason: str) -> None:
         if trial.stop_reason is not None:
@@ -266,10 +299,16 @@ class TuneController:
             self._handle(ev)
 
     def _on_finished(self, trial: LiveTrial, ev: Finished) -> None:
+        if trial.stop_reason == EXPLOIT:
+            if ev.pruned:
+                self._exploit(trial)
+                return
+            trial.stop_reason = None  # it returned before it saw the stop: it is done
+            self._forget_exploit(trial)
         if trial.stop_reason == PRUNE or (ev.pruned and trial.stop_reason is None):
             self._end(trial, TrialStatus.PRUNED)
             return
-        missing = self._missing_metric(trial)
+        missing = self.rules.missing_metric(trial)
         if missing is not None:
             trial.errors.append(
                 TrialErrorRecord(
@@ -281,18 +320,15 @@ class TuneController:
             return
         self._end(trial, TrialStatus.TERMINATED)
 
-    def _missing_metric(self, trial: LiveTrial) -> MetricNotReportedError | None:
-        seen = trial.seen_metrics
-        metric = self.rules.metric
-        if metric is not None and metric not in seen:
-            reported = sorted(k for k in seen if k != ITERATION_KEY)
-            return MetricNotReportedError(metric, trial.trial_name, reported)
-        for name in self.config.metrics:
-            if name not in seen:
-                return MetricNotReportedError(name, trial.trial_name, sorted(seen))
-        return None
+    def _forget_exploit(self, trial: LiveTrial) -> None:
+        if self.pbt is not None:
+            self.pbt.drop(trial.trial_id)
+        self._stop_requested_at.pop(trial.trial_id, None)
 
     def _on_failed(self, trial: LiveTrial, ev: Failed) -> None:
+        if trial.stop_reason == EXPLOIT:
+            trial.stop_reason = None  # a failure like any other: retried per FailureConfig
+            self._forget_exploit(trial)
         trial.errors.append(ev.error)
         self.exp.trials_journal.append(ErrorRecord(trial.number, ev.error))
         self._dirty_end = True
@@ -361,13 +397,17 @@ class TuneController:
     # -- periodic work --------------------------------------------------------------------
     def _check_time_budget(self) -> None:
         budget = self.config.time_budget_s
-        if budget is None or self._stopping:
+        if self._stopping:
             return
-        if self.clock() - self._start >= budget:
-            self._stopping = True
+        if budget is not None and self.clock() - self._start >= budget:
             logger.info("time budget of %.1fs is spent; stopping running trials", budget)
-            for t in list(self._running.values()):
-                self._request_stop(t, TIME_BUDGET)
+        elif self.rules.stop_all():
+            logger.info("the stopper's stop_all() is true; stopping running trials")
+        else:
+            return
+        self._stopping = True
+        for t in list(self._running.values()):
+            self._request_stop(t, TIME_BUDGET)
 
     def _housekeeping(self) -> None:
         now = self.clock()
@@ -387,6 +427,9 @@ class TuneController:
             if now - asked > self.settings.stop_grace_s and tid in self._running:
                 trial = self._running[tid]
                 self.executor.kill(tid)
+                if trial.stop_reason == EXPLOIT:
+                    self._exploit(trial)  # on a new actor
+                    continue
                 status = (
                     TrialStatus.PRUNED if trial.stop_reason == PRUNE else TrialStatus.TERMINATED
                 )

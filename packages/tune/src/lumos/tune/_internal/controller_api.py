@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from lumos.storage import RetentionPolicy
 from lumos.tune._internal.executor import TrialEvent
 from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import LiveTrial
@@ -14,6 +15,7 @@ PRUNE = "pruned"
 STOP = "stop"
 TIME_BUDGET = "time_budget"
 ABORT = "abort"
+EXPLOIT = "exploit"
 
 
 class Executor(Protocol):
@@ -30,6 +32,14 @@ class Executor(Protocol):
 
     def stop(self, trial_id: str) -> list[TrialEvent]:
         """Ask a trial to stop; returns events that happen at once (``Cancelled``)."""
+        ...
+
+    def answer(self, trial_id: str, go: bool) -> None:
+        """Answer a report that waits for the driver (go on, or stop at once)."""
+        ...
+
+    def keep_worker(self, trial_id: str) -> None:
+        """Relaunch the trial on its own worker after the stop it is being sent."""
         ...
 
     def kill(self, trial_id: str) -> None:
@@ -91,3 +101,4 @@ class ControllerSettings:
     progress_interval_s: float = 2.0
     resources_check_interval_s: float = 2.0
     journal_interval_s: float = 1.0
+    retention: RetentionPolicy | None = None

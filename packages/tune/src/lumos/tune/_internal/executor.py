@@ -22,17 +22,19 @@ from lumos.runtime import (
     WorkerPoolProtocol,
 )
 from lumos.tune._internal.errors import TrialErrorRecord
-from lumos.tune._internal.session import PRUNED, TrialSpec
+from lumos.tune._internal.session import GO, PRUNED, STOP, TrialSpec
 
 
 @dataclass(frozen=True)
 class Reported:
-    """A trial reported (``iteration``, ``metrics``, committed ``checkpoint_dir``)."""
+    """A trial reported (``iteration``, ``metrics``, committed ``checkpoint_dir``);
+    ``awaiting``: it waits for :meth:`PoolExecutor.answer` before going on."""
 
     trial_id: str
     iteration: int
     metrics: dict[str, Any]
     checkpoint_dir: str | None
+    awaiting: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class PoolExecutor:
         self._deferred: dict[int, TrialSpec] = {}  # not placed yet, trial waits on it
         self._trial_of: dict[int, TrialSpec] = {}  # launched
         self._worker_of: dict[str, int] = {}
+        self._keep: set[str] = set()  # trials whose worker waits for their relaunch
+        self._kept: dict[str, int] = {}  # trial id -> its stopped worker, held for it
 
     @property
     def num_running(self) -> int:
@@ -108,7 +112,11 @@ class PoolExecutor:
         return len(self._trial_of) + len(self._deferred)
 
     def start(self, spec: TrialSpec) -> None:
-        """Run one attempt of a trial on an idle worker, or wait for one."""
+        """Run one attempt of a trial on its kept worker, an idle one, or wait for one."""
+        kept = self._kept.pop(spec.trial_id, None)
+        if kept is not None:
+            self._launch(kept, spec)
+            return
         if self._idle:
             self._launch(self._idle.pop(), spec)
             return
@@ -141,6 +149,21 @@ class PoolExecutor:
         self._spare.append(wid)
         return True
 
+    def answer(self, trial_id: str, go: bool) -> None:
+        """Answer a report that waits (``Reported.awaiting``): go on, or stop at once."""
+        wid = self._worker_of.get(trial_id)
+        if wid is not None and wid in self._trial_of:
+            self.pool.send(wid, GO if go else STOP)
+
+    def keep_worker(self, trial_id: str) -> None:
+        """Hold the trial's worker for it when its function ends by a stop request.
+
+        The next :meth:`start` of that trial runs on the same actor (population-based
+        training relaunches an exploited trial there). A trial that ends otherwise
+        (returns on its own, raises) releases its worker as usual.
+        """
+        self._keep.add(trial_id)
+
     def stop(self, trial_id: str) -> list[TrialEvent]:
         """Ask a running trial to stop (its next ``tune.report`` raises TrialPruned).
 
@@ -156,6 +179,7 @@ class PoolExecutor:
 
     def kill(self, trial_id: str) -> None:
         """End a trial at once by removing its worker (its events are dropped)."""
+        self._keep.discard(trial_id)
         if self._cancel_deferred(trial_id):
             return
         wid = self._worker_of.pop(trial_id, None)
@@ -195,18 +219,19 @@ class PoolExecutor:
                 continue  # a killed trial's late event, or an idle worker's
             tid = spec.trial_id
             if isinstance(ev, ReportEvent):
-                iteration, metrics, ckpt = ev.payload
-                out.append(Reported(tid, iteration, metrics, ckpt))
+                iteration, metrics, ckpt, *awaiting = ev.payload
+                out.append(Reported(tid, iteration, metrics, ckpt, bool(awaiting)))
             elif isinstance(ev, FinishedEvent):
-                self._release(ev.rank, tid)
                 result = ev.result
                 pruned = ev.stopped or (isinstance(result, tuple) and result[:1] == (PRUNED,))
+                self._release(ev.rank, tid, keep=pruned)
                 message = result[1] if isinstance(result, tuple) and len(result) > 1 else None
                 out.append(Finished(tid, pruned, message))
             elif isinstance(ev, ErrorEvent):
                 self._release(ev.rank, tid)
                 out.append(Failed(tid, _trial_error(spec, ev.error)))
             elif isinstance(ev, (WorkerDiedEvent, WorkerHungEvent)):
+                self._keep.discard(tid)
                 self._trial_of.pop(ev.rank, None)
                 self._worker_of.pop(tid, None)
                 self.pool.remove_worker(ev.rank)
@@ -224,9 +249,14 @@ class PoolExecutor:
         self._worker_of.pop(spec.trial_id, None)
         return [Failed(spec.trial_id, _lost_error(spec, ev), worker_lost=True)]
 
-    def _release(self, wid: int, tid: str) -> None:
+    def _release(self, wid: int, tid: str, keep: bool = False) -> None:
         self._trial_of.pop(wid, None)
         self._worker_of.pop(tid, None)
+        if tid in self._keep:
+            self._keep.discard(tid)
+            if keep:
+                self._kept[tid] = wid
+                return
         if self._deferred:
             # A trial waits on an unplaced worker: run it here; that worker becomes a spare.
             waiting_on = next(iter(self._deferred))
@@ -244,6 +274,8 @@ class PoolExecutor:
         self._deferred.clear()
         self._trial_of.clear()
         self._worker_of.clear()
+        self._keep.clear()
+        self._kept.clear()
 
 
 def _lost_error(spec: TrialSpec, ev: WorkerDiedEvent | WorkerHungEvent) -> TrialErrorRecord:

@@ -32,7 +32,9 @@ from lumos.tune._internal import optuna_bridge
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.errors import TuneConfigError
 from lumos.tune._internal.journal import STUDY_JOURNAL, FsJournal, StudyJournalBackend
+from lumos.tune._internal.pbt_runner import EXPLOIT_KEY, apply_exploit, exploit_from_checkpoint
 from lumos.tune._internal.search_space import SearchSpace
+from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.study_outcome import tell_study
 from lumos.tune._internal.trial import LiveTrial, TrialStatus, trial_name
 from lumos.tune._internal.trial_journal import (
@@ -194,14 +196,19 @@ def _restore(exp: Experiment, space: SearchSpace, tune_config: TuneConfig) -> No
             exp.waiting += 1
             continue
         events = by_number.get(frozen.number, TrialEvents())
+        name, dir_name = events.names or (trial_name(frozen.number), trial_name(frozen.number))
         trial = LiveTrial(
             number=frozen.number,
             config=_config_of(space, frozen.params),
             params=dict(frozen.params),
-            path=exp.storage.child(trial_name(frozen.number)).uri,
+            path=exp.storage.child(dir_name).uri,
+            trial_name=name,
+            dir_name=dir_name,
         )
         trial.errors = list(events.errors)
         trial.attempt = events.starts
+        for record in events.exploits:
+            apply_exploit(trial, record)  # the config; checkpoints come after the reports
         if events.end is not None or frozen.state.is_finished():
             _restore_finished(exp, trial, frozen, events, tune_config)
         else:
@@ -219,7 +226,21 @@ def _config_of(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _apply_reports(trial: LiveTrial, reports: list[ReportRecord]) -> None:
+    _replay(trial, reports)
+    for record in trial.exploits:
+        if record.step >= trial.checkpoint_iteration:
+            trial.checkpoint_dir = record.checkpoint_dir
+            trial.checkpoint_iteration = record.step
+
+
+def _replay(trial: LiveTrial, reports: list[ReportRecord]) -> None:
+    """Replay reports; a report of an iteration already seen (a retry or an exploit
+    resumed from an earlier checkpoint) replaces that iteration and those after it."""
     for rec in reports:
+        if trial.history and rec.iteration <= trial.iteration:
+            trial.history = [
+                r for r in trial.history if int(r.get(ITERATION_KEY, 0)) < rec.iteration
+            ]
         trial.apply_report(rec.iteration, rec.metrics, rec.checkpoint_dir)
 
 
@@ -253,15 +274,22 @@ def _restore_unfinished(
     frozen: optuna.trial.FrozenTrial,
     events: TrialEvents,
 ) -> None:
-    trial_storage = exp.storage.child(trial.trial_name)
+    trial_storage = exp.storage.child(trial.dir_name)
     try:
         state = trial_storage.load_state()
     except Exception:
         logger.warning("trial %s: unreadable state, restarting it", trial.trial_name, exc_info=True)
         state = None
     latest = state.latest() if state is not None else None
+    if latest is not None:
+        missed = exploit_from_checkpoint(trial, latest)
+        if missed is not None:  # the driver died before it journaled this exploit
+            apply_exploit(trial, missed)
+            exp.trials_journal.append(missed)
     upto = latest.report_index if latest is not None else 0
     _apply_reports(trial, [r for r in events.reports if r.iteration <= upto])
+    if state is not None:
+        exp.trials_journal.extend(_reports_from_checkpoints(trial, state, upto))
     trial.iteration = upto
     trial.checkpoint_dir = latest.dir_name if latest is not None else None
     trial.checkpoint_iteration = upto
@@ -269,6 +297,19 @@ def _restore_unfinished(
     trial.optuna_trial = optuna_bridge.attach(exp.study, optuna_bridge.trial_id_of(frozen))
     trial.max_step_reported = max(frozen.intermediate_values, default=-1)
     _delete_uncommitted_checkpoints(trial_storage)
+
+
+def _reports_from_checkpoints(trial: LiveTrial, state: RunState, upto: int) -> list[ReportRecord]:
+    """Reports the journal missed (the driver died before its next flush) but whose
+    checkpoints were committed: their records carry the reported metrics. They are
+    applied to ``trial`` and returned, to be journaled."""
+    out: list[ReportRecord] = []
+    for rec in sorted(state.checkpoints, key=lambda r: r.report_index):
+        if trial.iteration < rec.report_index <= upto and EXPLOIT_KEY not in rec.metrics:
+            report = ReportRecord(trial.number, rec.report_index, dict(rec.metrics), rec.dir_name)
+            trial.apply_report(report.iteration, report.metrics, report.checkpoint_dir)
+            out.append(report)
+    return out
 
 
 def _delete_uncommitted_checkpoints(trial_storage: RunStorage) -> list[str]:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage import Checkpoint
+from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
 from lumos.tune._internal.metrics import finite_or_none, flatten
-from lumos.tune._internal.trial import Trial, TrialStatus
+from lumos.tune._internal.trial import ExploitRecord, Trial, TrialStatus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,6 +31,8 @@ class Result:
         trial_name: The trial's name.
         status: ``"TERMINATED"``, ``"PRUNED"`` or ``"ERROR"`` (``"PENDING"`` if it never ran).
         errors: Every error the trial raised, retried ones included.
+        exploits: Every clone population-based training made of another trial into this
+            one (``donor``, ``step``, ``old_config``, ``new_config``), in order.
 
     Example:
         >>> best = grid.get_best_result()
@@ -47,6 +51,8 @@ class Result:
         trial_name: str = "",
         status: str = "TERMINATED",
         errors: list[TrialError] | None = None,
+        exploits: list[ExploitRecord] | None = None,
+        filesystem: AbstractFileSystem | None = None,
     ) -> None:
         self.metrics = metrics
         self.config = config
@@ -57,7 +63,9 @@ class Result:
         self.trial_name = trial_name
         self.status = status
         self.errors = list(errors or [])
+        self.exploits = list(exploits or [])
         self._history = list(history or [])
+        self._filesystem = filesystem
 
     @classmethod
     def from_trial(cls, trial: Trial, filesystem: AbstractFileSystem) -> Result:
@@ -76,7 +84,29 @@ class Result:
             trial_name=trial.trial_name,
             status=trial.status.value,
             errors=list(trial.errors),
+            exploits=list(trial.exploits),
+            filesystem=filesystem,
         )
+
+    @property
+    def best_checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        """The trial's kept checkpoints with the metrics reported with each, oldest first.
+
+        Which are kept is ``RunConfig(checkpoint_config=CheckpointConfig(...))``'s choice
+        (``num_to_keep``, ``checkpoint_score_attribute``).
+
+        Example:
+            >>> for checkpoint, metrics in grid[0].best_checkpoints:
+            ...     print(checkpoint.path, metrics["loss"])
+        """
+        if self._filesystem is None or not self.path:
+            return []
+        parent, name = posixpath.split(self.path.rstrip("/"))
+        storage = RunStorage(parent, name, self._filesystem)
+        state = storage.load_state()
+        if state is None:
+            return []
+        return [(storage.checkpoint(c.dir_name), dict(c.metrics)) for c in state.checkpoints]
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -92,6 +122,46 @@ class Result:
             f"Result({self.trial_name}, {self.status}, metrics={shown!r}, "
             f"config={self.config!r}{err})"
         )
+
+
+def _scope_window(scope: str) -> int | None:
+    """N of ``"last-N-avg"``, 0 for ``"avg"``, None for ``"last"`` / ``"all"``."""
+    if scope in ("last", "all"):
+        return None
+    if scope == "avg":
+        return 0
+    parts = scope.split("-")
+    n = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
+    if parts[0] == "last" and parts[-1] == "avg" and n > 0:
+        return n
+    raise TuneConfigError(
+        f"get_best_result(scope={scope!r}): use 'last', 'all', 'avg', 'last-5-avg' or "
+        "'last-10-avg' (any 'last-N-avg')"
+    )
+
+
+def _number(value: Any, filter_nan_and_inf: bool) -> float | None:
+    if filter_nan_and_inf:
+        return finite_or_none(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if math.isnan(value) else float(value)
+    return None
+
+
+def _scoped(
+    r: Result, metric: str, mode: str, scope: str, last_n: int | None, filter_: bool
+) -> float | None:
+    """The value of ``metric`` for ``r`` under ``scope`` (None when it has none)."""
+    if scope == "last":
+        return _number(r.metrics.get(metric), filter_)
+    values = [v for row in r._history if (v := _number(row.get(metric), filter_)) is not None]
+    if not values:
+        return None
+    if scope == "all":
+        return min(values) if mode == "min" else max(values)
+    window = values[-last_n:] if last_n else values
+    mean = sum(window) / len(window)
+    return None if math.isnan(mean) else mean
 
 
 def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -160,21 +230,55 @@ class ResultGrid:
         self,
         metric: str | None = None,
         mode: str | None = None,
+        scope: str = "last",
+        filter_nan_and_inf: bool = True,
         *,
         include_pruned: bool = False,
     ) -> Result:
-        """The trial with the best last reported ``metric``.
+        """The trial with the best ``metric``, as Ray Tune's ``ResultGrid.get_best_result``.
 
         Args:
             metric: Defaults to ``TuneConfig(metric=...)`` (single-objective only).
             mode: ``"min"`` or ``"max"``; defaults to ``TuneConfig(mode=...)``.
+            scope: Which of a trial's reports count: ``"last"`` (its last value),
+                ``"all"`` (its best value ever), ``"avg"`` (the mean of all),
+                ``"last-5-avg"`` / ``"last-10-avg"`` (any ``"last-N-avg"``: the mean of
+                its last N values).
+            filter_nan_and_inf: Skip NaN and infinite values (else infinities count;
+                NaN never ranks).
             include_pruned: Also consider pruned trials (their last value is from an
                 earlier step than the finished ones').
 
         Raises:
-            TuneConfigError: No metric/mode is known, or mode is invalid.
+            TuneConfigError: No metric/mode is known, or mode or scope is invalid.
             TuneError: No trial reported a finite value of the metric.
+
+        Example:
+            >>> grid.get_best_result("loss", "min", scope="last-5-avg")
         """
+        last_n = _scope_window(scope)
+        metric, mode = self._metric_and_mode(metric, mode)
+        allowed = {TrialStatus.TERMINATED.value}
+        if include_pruned:
+            allowed.add(TrialStatus.PRUNED.value)
+        best: tuple[float, Result] | None = None
+        for r in self._results:
+            if r.status not in allowed:
+                continue
+            value = _scoped(r, metric, mode, scope, last_n, filter_nan_and_inf)
+            if value is None:
+                continue
+            score = value if mode == "min" else -value
+            if best is None or score < best[0]:
+                best = (score, r)
+        if best is None:
+            raise TuneError(
+                f"no finished trial reported a finite value of {metric!r} "
+                f"({len(self._results)} trials, {self.num_errors} errors)"
+            )
+        return best[1]
+
+    def _metric_and_mode(self, metric: str | None, mode: str | None) -> tuple[str, str]:
         if metric is None:
             if isinstance(self._metric, list):
                 raise TuneConfigError(
@@ -191,25 +295,7 @@ class ResultGrid:
             )
         if mode not in ("min", "max"):
             raise TuneConfigError(f"mode must be 'min' or 'max', got {mode!r}")
-        allowed = {TrialStatus.TERMINATED.value}
-        if include_pruned:
-            allowed.add(TrialStatus.PRUNED.value)
-        best: tuple[float, Result] | None = None
-        for r in self._results:
-            if r.status not in allowed:
-                continue
-            value = finite_or_none(r.metrics.get(metric))
-            if value is None:
-                continue
-            score = value if mode == "min" else -value
-            if best is None or score < best[0]:
-                best = (score, r)
-        if best is None:
-            raise TuneError(
-                f"no finished trial reported a finite value of {metric!r} "
-                f"({len(self._results)} trials, {self.num_errors} errors)"
-            )
-        return best[1]
+        return metric, mode
 
     def get_pareto_front(self) -> list[Result]:
         """The finished trials no other finished trial beats on every metric (multi-objective)."""
@@ -232,10 +318,16 @@ class ResultGrid:
         return [r for p, r in points if not any(_dominates(q, p) for q, _ in points if q is not p)]
 
     def get_dataframe(self) -> pd.DataFrame:
-        """One row per trial: last metrics, ``config/<name>`` columns, status and error."""
+        """One row per trial: last metrics, ``config/<name>`` columns, status and error.
+
+        With population-based training, ``config/...`` is the trial's final config,
+        ``num_exploits`` counts its clones and ``exploits`` lists them
+        (``"trial_00002@4"``: it cloned trial 2 at its step 4).
+        """
         import pandas as pd
 
         rows = []
+        pbt = any(r.exploits for r in self._results)
         for r in self._results:
             row: dict[str, Any] = {
                 "trial_id": r.trial_id,
@@ -246,6 +338,9 @@ class ResultGrid:
                 if key not in row:
                     row[key] = value
             row.update(flatten(r.config, "config/"))
+            if pbt:
+                row["num_exploits"] = len(r.exploits)
+                row["exploits"] = ", ".join(f"trial_{e.donor:05d}@{e.step}" for e in r.exploits)
             row["path"] = r.path
             row["error"] = (
                 f"{r.error.exc_type}: {r.error.error_message}" if r.error is not None else None

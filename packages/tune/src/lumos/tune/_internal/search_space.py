@@ -210,92 +210,41 @@ class _OptunaDomain(Domain):
         return repr(self.dist)
 
 
-# ---------------------------------------------------------------------------
-# Public constructors (Ray Tune's names and bound conventions)
+class SampleFrom:
+    """A value computed from the rest of the config (``tune.sample_from``).
 
-
-def uniform(low: float, high: float) -> Domain:
-    """A float drawn uniformly from ``[low, high]``.
-
-    Example:
-        >>> space = {"dropout": tune.uniform(0.0, 0.5)}
+    Not a parameter of the study: it is evaluated after every sampled parameter,
+    in the order of ``param_space``, with a ``spec`` whose ``spec.config`` holds the
+    config so far (attribute or key access).
     """
-    return Float("uniform", low, high)
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        if not callable(func):
+            raise SearchSpaceError(f"sample_from(func={func!r}): give a function (spec) -> value")
+        self.func = func
+
+    def resolve(self, config: dict[str, Any]) -> Any:
+        """The value for ``config`` (the rest of the trial's config)."""
+        return self.func(_Spec(config))
+
+    def __repr__(self) -> str:
+        return f"sample_from({self.func!r})"
 
 
-def quniform(low: float, high: float, q: float) -> Domain:
-    """A float from ``[low, high]`` on the grid ``low, low + q, low + 2q, ...``.
+class _AttrDict(dict[str, Any]):
+    """A dict whose keys are also attributes (``spec.config.lr``), as in Ray Tune."""
 
-    ``high`` is lowered to the last grid point when ``high - low`` is not a
-    multiple of ``q``.
-    """
-    return Float("quniform", low, high, q=q)
-
-
-def loguniform(low: float, high: float) -> Domain:
-    """A float drawn log-uniformly from ``[low, high]`` (``0 < low <= high``).
-
-    Example:
-        >>> space = {"lr": tune.loguniform(1e-4, 1e-1)}
-    """
-    return Float("loguniform", low, high, log=True)
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return _AttrDict(value) if isinstance(value, dict) else value
 
 
-def qloguniform(low: float, high: float, q: float) -> Domain:
-    """A float drawn log-uniformly from ``[low, high]`` and rounded to a multiple of ``q``."""
-    return Float("qloguniform", low, high, log=True, q=q)
-
-
-def _exclusive_range(fn: str, low: int, high: int) -> None:
-    for key, value in (("low", low), ("high", high)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise SearchSpaceError(f"{fn}({key}={value!r}): {key} must be an int")
-    if low >= high:
-        raise SearchSpaceError(
-            f"{fn}(low={low!r}, high={high!r}): high is exclusive, so low must be < high"
-        )
-
-
-def randint(low: int, high: int) -> Domain:
-    """An integer in ``[low, high)`` (``high`` is exclusive, as in Ray Tune).
-
-    Example:
-        >>> space = {"layers": tune.randint(1, 5)}   # 1, 2, 3 or 4
-    """
-    _exclusive_range("randint", low, high)
-    return Integer("randint", low, high - 1)
-
-
-def qrandint(low: int, high: int, q: int = 1) -> Domain:
-    """An integer in ``[low, high]`` (inclusive, as in Ray Tune) on the grid ``low + k*q``."""
-    return Integer("qrandint", low, high, q=q)
-
-
-def lograndint(low: int, high: int) -> Domain:
-    """An integer in ``[low, high)`` drawn on a log scale (``1 <= low``; ``high`` exclusive)."""
-    _exclusive_range("lograndint", low, high)
-    return Integer("lograndint", low, high - 1, log=True)
-
-
-def choice(categories: Sequence[Any]) -> Domain:
-    """One of ``categories`` (any objects; non-primitive ones are stored by index).
-
-    Example:
-        >>> space = {"act": tune.choice(["relu", "gelu"])}
-    """
-    return Categorical(categories)
-
-
-def grid_search(values: Sequence[Any]) -> GridSearch:
-    """Try every value; several grid searches try every combination.
-
-    With ``num_samples=n`` the whole grid is repeated ``n`` times (as in Ray Tune);
-    the other parameters are still drawn by the sampler.
-
-    Example:
-        >>> space = {"batch": tune.grid_search([32, 64]), "lr": tune.loguniform(1e-4, 1e-1)}
-    """
-    return GridSearch(values)
+class _Spec:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = _AttrDict(config)
 
 
 # ---------------------------------------------------------------------------
@@ -332,6 +281,7 @@ class SearchSpace:
         self.template: Any = {}
         self.domains: list[tuple[_Path, Domain]] = []
         self.grid: list[tuple[_Path, GridSearch]] = []
+        self.functions: list[tuple[_Path, SampleFrom]] = []
         if param_space is None:
             return
         if callable(param_space) and not isinstance(param_space, Mapping):
@@ -349,6 +299,9 @@ class SearchSpace:
             raise SearchSpaceError(f"param_space has clashing parameter names: {dupes}")
 
     def _compile(self, node: Any, path: _Path) -> Any:
+        if isinstance(node, SampleFrom):
+            self.functions.append((path, node))
+            return None
         if isinstance(node, GridSearch):
             self.grid.append((path, node))
             self.domains.append((path, node))
@@ -373,8 +326,8 @@ class SearchSpace:
             return items if isinstance(node, list) else list(items)
         if callable(node):
             raise SearchSpaceError(
-                f"param_space[{_path_name(path)!r}] is a function; functions are not "
-                "supported as values, use a define-by-run param_space instead"
+                f"param_space[{_path_name(path)!r}] is a function; wrap it in "
+                "tune.sample_from(lambda spec: ...) or use a define-by-run param_space"
             )
         return node
 
@@ -409,10 +362,13 @@ class SearchSpace:
                     "a define-by-run param_space must return a dict (or None), "
                     f"got {type(result).__name__}"
                 )
-            return dict(result)
+            # As Ray's OptunaSearch: the suggested params plus the returned values.
+            return {**trial.params, **result}
         config = copy.deepcopy(self.template)
         for path, domain in self.domains:
             _set_path(config, path, domain.suggest(trial, _path_name(path)))  # type: ignore[arg-type]
+        for path, function in self.functions:
+            _set_path(config, path, function.resolve(config))
         return config  # type: ignore[no-any-return]
 
     def config_from_params(self, params: Mapping[str, Any]) -> dict[str, Any]:

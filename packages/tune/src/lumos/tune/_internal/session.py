@@ -15,6 +15,7 @@ setting the session's stop flag; the trial's next ``tune.report`` then raises
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 import time
@@ -35,6 +36,9 @@ from lumos.storage import (
 # How a trial function ended, as returned to the driver in FinishedEvent.result.
 DONE = "done"
 PRUNED = "pruned"
+# The driver's answer to a report that waits for it (population-based training).
+GO = "go"
+STOP = "stop"
 
 ITERATION_KEY = "training_iteration"
 
@@ -43,6 +47,8 @@ class SessionLike(Protocol):
     """The part of ``lumos.runtime.WorkerSession`` a trial uses."""
 
     def emit(self, payload: Any) -> None: ...
+
+    def receive(self, timeout_s: float | None = None) -> Any: ...
 
     @property
     def stop_requested(self) -> bool: ...
@@ -54,11 +60,13 @@ class TrialSpec:
 
     Attributes:
         trial_id: Short id (``"00007"``).
-        trial_name: Directory name of the trial (``"trial_00007"``).
+        trial_name: Name of the trial (``"trial_00007"``, or ``trial_name_creator``'s).
         config: The sampled config.
         attempt: 0 for the first run, 1 for the first retry, ...
         checkpoint_dir: Latest committed checkpoint of the trial, if any.
         start_iteration: Reports already counted (the checkpoint's iteration).
+        dir_name: The trial's directory in the experiment (default: ``trial_name``).
+        pbt_last_look: Population-based training: ``time_attr`` at the trial's last look.
     """
 
     trial_id: str
@@ -67,6 +75,13 @@ class TrialSpec:
     attempt: int = 0
     checkpoint_dir: str | None = None
     start_iteration: int = 0
+    dir_name: str = ""
+    pbt_last_look: float = 0.0
+
+    @property
+    def directory(self) -> str:
+        """The trial's directory name in the experiment."""
+        return self.dir_name or self.trial_name
 
 
 @dataclass(frozen=True)
@@ -78,12 +93,25 @@ class SweepInfo:
         retention: Checkpoint retention for each trial.
         metric: The optimized metric when there is exactly one (a returned number reports it).
         resources: Each trial's Ray resources (a hint for nested jobs).
+        pbt_look: Population-based training's ``(time_attr, perturbation_interval,
+            burn_in_period)``: a report that is due a look waits for the driver's
+            verdict (go on, or stop at once to be cloned), so no step is wasted.
+        stop: ``TuneConfig(stop={...})`` bounds: a trial that reaches one stops at its
+            next report (and a ``tune.Trainable`` right away), as the driver would
+            decide, without waiting for the driver's stop request.
+        checkpoint_frequency: ``CheckpointConfig(checkpoint_frequency=...)`` for
+            ``tune.Trainable`` classes (0: the class decides).
+        checkpoint_at_end: ``CheckpointConfig(checkpoint_at_end=...)``.
     """
 
     experiment: RunStorage
     retention: RetentionPolicy | None = None
     metric: str | None = None
     resources: dict[str, float] = field(default_factory=dict)
+    pbt_look: tuple[str, float, float] | None = None
+    stop: dict[str, float] | None = None
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
 
 
 class TrialContext:
@@ -106,7 +134,7 @@ class TrialContext:
         return self._spec.trial_id
 
     def get_trial_name(self) -> str:
-        """The trial's name, also its directory name (``"trial_00007"``)."""
+        """The trial's name (``"trial_00007"``, or what ``trial_name_creator`` returned)."""
         return self._spec.trial_name
 
     def get_trial_dir(self) -> str:
@@ -120,7 +148,7 @@ class TrialContext:
     def get_storage(self) -> RunStorage:
         """The trial's storage (``lumos.storage.RunStorage`` of the trial directory)."""
         if self._storage is None:
-            self._storage = self._sweep.experiment.child(self._spec.trial_name)
+            self._storage = self._sweep.experiment.child(self._spec.directory)
         return self._storage
 
     def get_trial_resources(self) -> dict[str, float]:
@@ -147,10 +175,17 @@ class TrialSession:
         self._state: RunState | None = None
         self._lock = threading.Lock()
         self.stop_event = _stop_event_for(runtime_session)
+        self._last_look = spec.pbt_last_look
+        self._reached_stop = False
 
     # -- user API ----------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        """The driver asked the trial to stop, or it reached a ``stop`` bound."""
+        return self._reached_stop or self._session.stop_requested
+
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
-        if self._session.stop_requested:
+        if self.should_stop:
             self.stop_event.set()
             raise pruned_error(
                 f"trial {self.spec.trial_name!r} was ended early by the driver "
@@ -168,7 +203,31 @@ class TrialSession:
             dir_name = None
             if checkpoint is not None:
                 dir_name = self._commit(checkpoint, row, it)
-            self._session.emit((it, row, dir_name))
+            self._reached_stop = self._reached_stop or _reaches(row, self.sweep.stop)
+            if not self._look_due(row):
+                self._session.emit((it, row, dir_name))
+                return
+            self._session.emit((it, row, dir_name, True))
+            verdict = self._session.receive()  # the driver's answer (a stop wakes it too)
+        if verdict != GO:
+            self.stop_event.set()
+            raise pruned_error(
+                f"trial {self.spec.trial_name!r} was stopped by the driver "
+                "(population-based training clones another trial into it)"
+            )
+
+    def _look_due(self, row: dict[str, Any]) -> bool:
+        """Whether population-based training looks at this report (then it waits)."""
+        if self.sweep.pbt_look is None:
+            return False
+        time_attr, interval, burn_in = self.sweep.pbt_look
+        value = row.get(time_attr)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < burn_in:
+            return False
+        if value - self._last_look < interval:
+            return False
+        self._last_look = float(value)
+        return True
 
     def get_checkpoint(self) -> Checkpoint | None:
         if self._checkpoint_dir is None:
@@ -191,7 +250,7 @@ class TrialSession:
         with checkpoint.as_directory() as local_dir:
             storage.persist_directory(local_dir, dir_name)
         if self._state is None:
-            self._state = storage.load_state() or RunState(name=self.spec.trial_name)
+            self._state = storage.load_state() or RunState(name=self.spec.directory)
         record = CheckpointRecord(
             dir_name=dir_name,
             metrics=to_jsonable(metrics),
@@ -217,7 +276,7 @@ class TrialSession:
         try:
             self.report(metrics)
         except Exception as exc:
-            if not is_pruned(exc):
+            if not is_pruned(exc) and not isinstance(exc, runtime_worker.StopRequested):
                 raise
 
 
@@ -247,6 +306,21 @@ def is_pruned(exc: BaseException) -> bool:
     """True for ``tune.TrialPruned`` and for an ``optuna.TrialPruned`` the user raised."""
     optuna_exceptions = sys.modules.get("optuna.exceptions")
     return optuna_exceptions is not None and isinstance(exc, optuna_exceptions.TrialPruned)
+
+
+def _reaches(row: Mapping[str, Any], stop: Mapping[str, float] | None) -> bool:
+    """Whether a report reaches a ``stop`` bound (the driver's ``StopRules`` rule)."""
+    if not stop:
+        return False
+    for key, bound in stop.items():
+        value = row.get(key)
+        if isinstance(value, bool):
+            value = int(value)  # Ray's stop={"done": True}
+        if not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value) and value >= bound:
+            return True
+    return False
 
 
 def _stop_event_for(session: SessionLike) -> threading.Event:
@@ -316,7 +390,7 @@ class TrialRunner:
         runtime_session = _session if _session is not None else runtime_worker.get_session()
         if runtime_session is None:
             raise _tune_error("TrialRunner must run inside a lumos.runtime worker")
-        trial_uri = self.trial_uri(spec.trial_name)
+        trial_uri = self.trial_uri(spec.directory)
         session = TrialSession(spec, self.sweep, runtime_session, trial_uri)
         ctx = job_context.JobContext(
             kind="tune.trial",

@@ -86,6 +86,32 @@ class HistoryView(Sequence[dict[str, Any]]):
         return f"HistoryView({list(self)!r})"
 
 
+@dataclass(frozen=True)
+class ExploitRecord:
+    """Trial ``number`` cloned trial ``donor`` (population-based training).
+
+    Attributes:
+        number: The exploited trial.
+        donor: The trial it cloned.
+        step: The exploited trial's ``training_iteration`` at the clone; its reports
+            go on from here.
+        checkpoint_dir: The cloned checkpoint, committed in the exploited trial's directory.
+        old_config: Its config before.
+        new_config: Its config after (the donor's, perturbed).
+        operations: What was done to each mutated parameter.
+        donor_checkpoint: The donor's checkpoint that was copied.
+    """
+
+    number: int
+    donor: int
+    step: int
+    checkpoint_dir: str
+    old_config: dict[str, Any]
+    new_config: dict[str, Any]
+    operations: dict[str, Any] = field(default_factory=dict)
+    donor_checkpoint: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class Trial:
     """One trial as callbacks and results see it: a frozen snapshot.
@@ -109,6 +135,8 @@ class Trial:
         waiting_for_resources: Its actor is created but not yet placed by Ray.
         start_time: When the trial first started (``time.time()``), 0 if never.
         end_time: When it ended, 0 while it has not.
+        exploits: Every time population-based training made it clone another trial.
+        dir_name: The trial's directory in the experiment (``trial_dirname_creator``'s).
     """
 
     number: int
@@ -128,6 +156,8 @@ class Trial:
     waiting_for_resources: bool
     start_time: float
     end_time: float
+    exploits: tuple[ExploitRecord, ...] = ()
+    dir_name: str = ""
 
     @property
     def error(self) -> TrialError | None:
@@ -168,12 +198,16 @@ class LiveTrial:
     seen_metrics: set[str] = field(default_factory=set, repr=False)
     start_time: float = 0.0
     end_time: float = 0.0
+    exploits: list[ExploitRecord] = field(default_factory=list)
+    dir_name: str = ""
 
     def __post_init__(self) -> None:
         if not self.trial_id:
             self.trial_id = trial_id(self.number)
         if not self.trial_name:
             self.trial_name = trial_name(self.number)
+        if not self.dir_name:
+            self.dir_name = trial_name(self.number)
 
     @property
     def error(self) -> TrialErrorRecord | None:
@@ -214,6 +248,8 @@ class LiveTrial:
             waiting_for_resources=self.waiting_for_resources,
             start_time=self.start_time,
             end_time=self.end_time,
+            exploits=tuple(self.exploits),
+            dir_name=self.dir_name,
         )
 
     def __repr__(self) -> str:

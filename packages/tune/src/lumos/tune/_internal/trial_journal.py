@@ -8,6 +8,9 @@ them back when an experiment is restored. On disk each record is one JSON line::
     {"e": "r", "n": 3, "i": 1, "m": {...}, "c": null}     ReportRecord
     {"e": "err", "n": 3, "a": 0, "type": ..., "msg": ..., "tb": ...}   ErrorRecord
     {"e": "end", "n": 3, "s": "TERMINATED"}               EndRecord
+    {"e": "name", "n": 3, "name": ..., "dir": ...}         NameRecord
+    {"e": "pbt", "n": 3, "d": 1, "i": 4, "c": ..., "old": {...}, "new": {...}, "ops": {...}}
+                                                          ExploitRecord
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Union
 
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.journal import FsJournal
-from lumos.tune._internal.trial import TrialStatus, trial_name
+from lumos.tune._internal.trial import ExploitRecord, TrialStatus, trial_name
 
 TRIALS_JOURNAL = "trials.journal"
 
@@ -57,7 +60,16 @@ class EndRecord:
     status: TrialStatus
 
 
-JournalRecord = Union[StartRecord, ReportRecord, ErrorRecord, EndRecord]  # noqa: UP007
+@dataclass(frozen=True)
+class NameRecord:
+    """Trial ``number`` is called ``name`` and lives in ``dir_name`` (name creators)."""
+
+    number: int
+    name: str
+    dir_name: str
+
+
+JournalRecord = Union[StartRecord, ReportRecord, ErrorRecord, EndRecord, ExploitRecord, NameRecord]  # noqa: UP007
 
 
 @dataclass
@@ -68,6 +80,8 @@ class TrialEvents:
     reports: list[ReportRecord] = field(default_factory=list)
     errors: list[TrialErrorRecord] = field(default_factory=list)
     end: EndRecord | None = None
+    exploits: list[ExploitRecord] = field(default_factory=list)
+    names: tuple[str, str] | None = None
 
 
 _END_STATUS = {
@@ -89,6 +103,20 @@ def encode(record: JournalRecord) -> dict[str, Any]:
         }
     if isinstance(record, StartRecord):
         return {"e": "start", "n": record.number, "a": record.attempt}
+    if isinstance(record, NameRecord):
+        return {"e": "name", "n": record.number, "name": record.name, "dir": record.dir_name}
+    if isinstance(record, ExploitRecord):
+        return {
+            "e": "pbt",
+            "n": record.number,
+            "d": record.donor,
+            "i": record.step,
+            "c": record.checkpoint_dir,
+            "old": record.old_config,
+            "new": record.new_config,
+            "ops": record.operations,
+            "dc": record.donor_checkpoint,
+        }
     if isinstance(record, ErrorRecord):
         err = record.error
         return {
@@ -129,6 +157,19 @@ def decode(raw: dict[str, Any], last_iteration: int = 0) -> JournalRecord | None
             str(raw.get("tb", "")),
         )
         return ErrorRecord(n, error)
+    if kind == "name":
+        return NameRecord(n, str(raw.get("name", "")), str(raw.get("dir", "")))
+    if kind == "pbt":
+        return ExploitRecord(
+            n,
+            int(raw.get("d", -1)),
+            int(raw.get("i", 0)),
+            str(raw.get("c", "")),
+            dict(raw.get("old") or {}),
+            dict(raw.get("new") or {}),
+            dict(raw.get("ops") or {}),
+            str(raw.get("dc", "")),
+        )
     if kind == "end":
         return EndRecord(n, _END_STATUS.get(str(raw.get("s")), TrialStatus.TERMINATED))
     return None
@@ -184,6 +225,10 @@ class TrialJournal:
                 events.reports.append(record)
             elif isinstance(record, ErrorRecord):
                 events.errors.append(record.error)
+            elif isinstance(record, ExploitRecord):
+                events.exploits.append(record)
+            elif isinstance(record, NameRecord):
+                events.names = (record.name, record.dir_name)
             else:
                 events.end = record
         return by_number

@@ -16,11 +16,15 @@ from lumos.runtime import (
     FailurePolicy,
     WorkerFailure,
 )
+from lumos.storage import validate_name
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import PRUNE, STOP
-from lumos.tune._internal.errors import TrialErrorRecord
+from lumos.tune._internal.errors import MetricNotReportedError, TrialErrorRecord, TuneConfigError
 from lumos.tune._internal.metrics import finite_or_none
+from lumos.tune._internal.session import ITERATION_KEY
+from lumos.tune._internal.stoppers import Stopper
 from lumos.tune._internal.trial import LiveTrial
+from lumos.tune._internal.trial_journal import NameRecord
 
 _LOST_KINDS = {"WorkerDied": FailureKind.ACTOR_DIED, "WorkerHung": FailureKind.HUNG}
 
@@ -35,11 +39,17 @@ class StopRules:
     def __init__(self, tune_config: TuneConfig) -> None:
         metrics = tune_config.metrics
         self.metric = metrics[0] if len(metrics) == 1 else None
+        self.metrics = list(metrics)
         pruner = tune_config.pruner
         self.pruning = pruner is not None and not isinstance(pruner, optuna.pruners.NopPruner)
         stop = tune_config.stop
         self.stop_dict = stop if isinstance(stop, dict) else None
         self.stop_fn = stop if callable(stop) else None
+        self.stopper = stop if isinstance(stop, Stopper) else None
+
+    def stop_all(self) -> bool:
+        """Whether a stopper object ends the whole sweep (``Stopper.stop_all()``)."""
+        return self.stopper is not None and self.stopper.stop_all()
 
     def after_report(
         self, trial: LiveTrial, iteration: int, metrics: dict[str, object]
@@ -57,15 +67,66 @@ class StopRules:
             return STOP
         return None
 
+    def missing_metric(self, trial: LiveTrial) -> MetricNotReportedError | None:
+        """The error for a finished trial that never reported an optimized metric."""
+        seen = trial.seen_metrics
+        if self.metric is not None and self.metric not in seen:
+            reported = sorted(k for k in seen if k != ITERATION_KEY)
+            return MetricNotReportedError(self.metric, trial.trial_name, reported)
+        for name in self.metrics:
+            if name not in seen:
+                return MetricNotReportedError(name, trial.trial_name, sorted(seen))
+        return None
+
     def _should_stop(self, trial: LiveTrial, metrics: dict[str, object]) -> bool:
         if self.stop_dict is not None:
             for key, bound in self.stop_dict.items():
-                value = finite_or_none(metrics.get(key))
+                value = finite_or_none(_bool_as_number(metrics.get(key)))
                 if value is not None and value >= bound:
                     return True
         if self.stop_fn is not None:
             return bool(self.stop_fn(trial.trial_id, metrics))
         return False
+
+
+class TrialNames:
+    """Names new trials with ``TuneConfig(trial_name_creator=, trial_dirname_creator=)``.
+
+    Args:
+        tune_config: The creators (functions of the frozen :class:`Trial`).
+        taken: Directory names already used in the experiment.
+    """
+
+    def __init__(self, tune_config: TuneConfig, taken: set[str]) -> None:
+        self.name_creator = tune_config.trial_name_creator
+        self.dirname_creator = tune_config.trial_dirname_creator
+        self.taken = set(taken)
+
+    def name(self, trial: LiveTrial) -> NameRecord | None:
+        """Name ``trial`` (in place); the record to journal, or None for default names."""
+        if self.name_creator is None and self.dirname_creator is None:
+            return None
+        snapshot = trial.snapshot()
+        if self.name_creator is not None:
+            trial.trial_name = _created("trial_name_creator", self.name_creator(snapshot))
+        if self.dirname_creator is not None:
+            dir_name = _created("trial_dirname_creator", self.dirname_creator(snapshot))
+            trial.dir_name = validate_name(dir_name, "trial_dirname_creator(trial)")
+        if trial.dir_name in self.taken:
+            trial.dir_name = f"{trial.dir_name}_{trial.trial_id}"  # keep directories apart
+        self.taken.add(trial.dir_name)
+        return NameRecord(trial.number, trial.trial_name, trial.dir_name)
+
+
+def _created(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise TuneConfigError(f"TuneConfig({what}=...) must return a non-empty str, got {value!r}")
+    return value
+
+
+def _bool_as_number(value: object) -> object:
+    """Ray's ``stop={"done": True}``: a reported bool counts as 0 or 1."""
+    return int(value) if isinstance(value, bool) else value
 
 
 def worker_failure(error: TrialErrorRecord) -> WorkerFailure:

@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fsspec import AbstractFileSystem
+
 from lumos.runtime import PoolFactory, WorkerPoolProtocol, ensure_ray
 from lumos.storage import RunStorage
 from lumos.tune._internal.callbacks import Callback
 from lumos.tune._internal.config import RunConfig, TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
-from lumos.tune._internal.errors import TuneError, TuneTypeError
+from lumos.tune._internal.errors import TuneConfigError, TuneError, TuneTypeError
 from lumos.tune._internal.executor import PoolExecutor
 from lumos.tune._internal.experiment import (
     Experiment,
@@ -23,10 +25,18 @@ from lumos.tune._internal.experiment import (
 )
 from lumos.tune._internal.journal import FsJournal
 from lumos.tune._internal.progress import ConsoleReporter
+from lumos.tune._internal.ray_compat import combine_stops
 from lumos.tune._internal.result import Result, ResultGrid
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
 from lumos.tune._internal.session import SweepInfo, TrialRunner
+from lumos.tune._internal.trainable import as_function
 from lumos.tune._internal.trial import LiveTrial, snapshots
+from lumos.tune._internal.tuner_state import (
+    load_tuner_state,
+    save_tuner_state,
+    split_experiment_path,
+)
+from lumos.tune._internal.wrappers import unwrap_resources
 
 logger = logging.getLogger("lumos.tune")
 
@@ -35,6 +45,32 @@ def _default_name(trainable: Callable[..., Any]) -> str:
     base = getattr(trainable, "__name__", type(trainable).__name__)
     base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._-") or "tune"
     return f"{base}-{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
+
+
+def _with_run_config_stop(tune_config: TuneConfig, run_config: RunConfig) -> TuneConfig:
+    stop = run_config.stop
+    if run_config.failure_config.fail_fast and not tune_config.fail_fast:
+        tune_config = tune_config.model_copy(update={"fail_fast": True})
+    if stop is None:
+        return tune_config
+    stop = combine_stops(tune_config.stop, stop)  # both apply, as in Ray
+    fields = {name: getattr(tune_config, name) for name in tune_config.model_fields_set}
+    return TuneConfig(**{**fields, "stop": stop})
+
+
+def _with_trainable_resources(tune_config: TuneConfig, trainable: Any) -> TuneConfig:
+    resources = unwrap_resources(trainable)
+    if resources is None:
+        return tune_config
+    if (
+        "trial_resources" in tune_config.model_fields_set
+        and tune_config.trial_resources != resources
+    ):
+        raise TuneConfigError(
+            f"tune.with_resources(..., {resources}) and TuneConfig(trial_resources="
+            f"{tune_config.trial_resources}) disagree; give the resources once"
+        )
+    return tune_config.model_copy(update={"trial_resources": resources})
 
 
 class Tuner:
@@ -79,12 +115,20 @@ class Tuner:
                 f"trainable must be a function (config) -> None | dict, got "
                 f"{type(trainable).__name__}"
             )
-        self.trainable = trainable
+        self.trainable = as_function(trainable)
+        if param_space is None and tune_config is not None:
+            search = getattr(tune_config.search_alg, "searcher", tune_config.search_alg)
+            param_space = getattr(search, "space", None)  # OptunaSearch(space=...)
+        self.param_space = param_space
         self.space = SearchSpace(param_space)
-        self.tune_config = tune_config or TuneConfig()
+        self.tune_config = _with_trainable_resources(tune_config or TuneConfig(), trainable)
+        if self.tune_config.scheduler is not None:
+            self.tune_config.scheduler.check_space(self.space)
         self.run_config = run_config or RunConfig()
+        self.tune_config = _with_run_config_stop(self.tune_config, self.run_config)
         self._pool_factory = _pool_factory
         self._name = self.run_config.name or _default_name(trainable)
+        self._results: ResultGrid | None = None
 
     @property
     def experiment_name(self) -> str:
@@ -145,8 +189,89 @@ class Tuner:
         """
         storage = self._run_storage()
         with storage.leased(holder="lumos.tune driver"):
+            save_tuner_state(storage, self.param_space, self.tune_config)
             trials = _Sweep(self, storage).run()
-        return self._grid(trials, storage)
+        self._results = self._grid(trials, storage)
+        return self._results
+
+    def get_results(self) -> ResultGrid:
+        """The results of the experiment: those of the last :meth:`fit`, else the stored ones.
+
+        Raises:
+            TuneError: The experiment does not exist yet.
+
+        Example:
+            >>> tuner = tune.Tuner.restore("~/lumos_results/sweep-7", objective)
+            >>> tuner.get_results().get_best_result()
+        """
+        if self._results is not None:
+            return self._results
+        storage = self._run_storage()
+        if not FsJournal(storage.fs, study_journal_path(storage)).exists():
+            raise TuneError(
+                f"no experiment at {storage.uri!r} yet: call fit() first, or restore one "
+                "with Tuner.restore(path, trainable)"
+            )
+        with storage.leased(holder="lumos.tune driver"), quiet_optuna():
+            exp = open_experiment(storage, self.space, self.tune_config)
+            try:
+                return self._grid(list(exp.trials), storage)
+            finally:
+                exp.close()
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: Callable[..., Any],
+        *,
+        param_space: ParamSpace = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        storage_filesystem: AbstractFileSystem | None = None,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+    ) -> Tuner:
+        """The Tuner of the experiment at ``path`` (``{storage_path}/{name}``), as Ray's.
+
+        The same as a new ``Tuner`` with ``RunConfig(storage_path, name)`` pointing at
+        the experiment: ``fit()`` keeps finished trials and resumes unfinished ones
+        from their checkpoints. ``param_space`` and ``tune_config`` default to those
+        the experiment was run with (stored by ``fit()``).
+
+        Raises:
+            TuneError: There is no experiment at ``path``.
+            TuneConfigError: ``resume_errored`` / ``restart_errored`` (not supported:
+                errored trials stay as they ended) or ``resume_unfinished=False``.
+
+        Example:
+            >>> if tune.Tuner.can_restore("~/lumos_results/sweep-7"):
+            ...     tuner = tune.Tuner.restore("~/lumos_results/sweep-7", objective)
+            ...     grid = tuner.fit()
+        """
+        if resume_errored or restart_errored or not resume_unfinished:
+            raise TuneConfigError(
+                "Tuner.restore(resume_unfinished=True) is the only mode: errored trials stay "
+                "as they ended and unfinished ones resume; drop resume_errored / "
+                "restart_errored / resume_unfinished"
+            )
+        storage_path, name = split_experiment_path(path)
+        storage = RunStorage(storage_path, name, storage_filesystem)
+        if not FsJournal(storage.fs, study_journal_path(storage)).exists():
+            raise TuneError(f"Tuner.restore({path!r}): no experiment there")
+        saved = load_tuner_state(storage)
+        if param_space is None:
+            param_space = saved.get("param_space")
+        if tune_config is None:
+            tune_config = saved.get("tune_config")
+        updates: dict[str, Any] = {"name": name, "storage_path": storage_path}
+        if storage_filesystem is not None:
+            updates["storage_filesystem"] = storage_filesystem
+        run_config = (run_config or RunConfig()).model_copy(update=updates)
+        return cls(
+            trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
+        )
 
     def _grid(self, trials: list[LiveTrial], storage: RunStorage) -> ResultGrid:
         ordered = sorted(trials, key=lambda t: t.number)
@@ -159,9 +284,21 @@ class Tuner:
         )
 
     @classmethod
-    def can_restore(cls, storage_path: str, name: str) -> bool:
-        """Whether an experiment exists at ``{storage_path}/{name}`` (``fit()`` resumes it)."""
-        storage = RunStorage(storage_path, name)
+    def can_restore(
+        cls,
+        path: str,
+        name: str | None = None,
+        storage_filesystem: AbstractFileSystem | None = None,
+    ) -> bool:
+        """Whether an experiment exists at ``path`` (``{storage_path}/{name}``, as Ray's),
+        or at ``{path}/{name}`` when ``name`` is given.
+
+        Example:
+            >>> tune.Tuner.can_restore("~/lumos_results/sweep-7")
+        """
+        if name is None:
+            path, name = split_experiment_path(path)
+        storage = RunStorage(path, name, storage_filesystem)
         return FsJournal(storage.fs, study_journal_path(storage)).exists()
 
 
@@ -196,14 +333,24 @@ class _Sweep:
         self.exp = exp = open_experiment(storage, tuner.space, tc)
         target = -1 if tc.num_samples == -1 else tc.num_samples * tuner.space.num_grid_points
         resources = {k: float(v) for k, v in tc.trial_resources.items()}
+        pool = tuner._make_pool(resources)
+        pbt = tc.scheduler
         sweep = SweepInfo(
             experiment=storage,
             retention=rc.checkpoint_config.retention(),
             metric=tc.metrics[0] if len(tc.metrics) == 1 else None,
             resources=resources,
+            stop=dict(tc.stop) if isinstance(tc.stop, dict) else None,
+            checkpoint_frequency=getattr(rc.checkpoint_config, "checkpoint_frequency", 0),
+            checkpoint_at_end=getattr(rc.checkpoint_config, "checkpoint_at_end", None),
+            pbt_look=(
+                (pbt.time_attr, pbt.perturbation_interval, pbt.burn_in_period)
+                if pbt is not None
+                else None
+            ),
         )
         self.executor = PoolExecutor(
-            tuner._make_pool(resources),
+            pool,
             TrialRunner(tuner.trainable, sweep),
             available_resources=tuner._available_resources(),
             resources=resources,
@@ -220,6 +367,7 @@ class _Sweep:
             ControllerSettings(
                 max_concurrent_trials=tuner._max_concurrent(target),
                 max_failures=rc.failure_config.max_failures,
+                retention=sweep.retention,
             ),
             callbacks=self.callbacks,
             progress=self.reporter,
