@@ -11,6 +11,7 @@ import pytest
 
 from lumos.storage import (
     AttemptRecord,
+    CheckpointConfig,
     CheckpointRecord,
     InvalidNameError,
     RetentionPolicy,
@@ -240,3 +241,19 @@ def test_persist_empty_directory_creates_the_checkpoint_dir(location, make_local
     if location.backend == "local":
         assert os.path.isdir(ckpt.path)
     assert storage.checkpoint_path("empty") == ckpt.path
+
+
+def test_commit_can_leave_the_dropped_checkpoints_for_later(location, make_local_dir) -> None:
+    storage = location.storage()
+    keep_one = CheckpointConfig(num_to_keep=1).retention()
+    state = RunState(name="run")
+    for i in range(2):
+        storage.persist_directory(make_local_dir({"w.bin": b"x"}), f"c{i}")
+        record = CheckpointRecord(dir_name=f"c{i}", metrics={}, report_index=i)
+        state, dropped = storage.commit_checkpoint(state, record, keep_one, delete_dropped=False)
+    assert dropped == ["c0"]
+    assert storage.load_state().checkpoint_names() == ["c1"]  # the state no longer names c0
+    assert storage.list_uncommitted() == ["c0"]  # still there: a restore would remove it
+    storage.delete_checkpoints(dropped)
+    assert storage.list_uncommitted() == []
+    assert [c.path for c in storage.list_checkpoints()] == [storage.checkpoint_path("c1")]

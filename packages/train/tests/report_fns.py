@@ -66,12 +66,19 @@ def ray_docs_pattern(config: dict[str, Any]) -> None:
 
 
 def raise_apart(config: dict[str, Any]) -> None:
-    """Rank 0 raises; rank 1 raises 0.5 s after it (it waits for rank 0's marker file)."""
+    """Rank 0 raises; rank 1 raises 0.5 s after it (it waits for rank 0's marker file).
+
+    Rank 0 raises only once rank 1 is past its report: the driver's stop request (sent
+    at rank 0's error) must find rank 1 outside the lumos API, or its next call would
+    end it with StopRequested instead of its own error.
+    """
     train.report({"x": 1})
     marker = config["marker"]
     if _rank() == 0:
+        wait_for_file(marker + ".rank1-reported")
         open(marker, "w").close()
         raise ValueError("rank 0 fails first")
+    open(marker + ".rank1-reported", "w").close()
     wait_for_file(marker)
     time.sleep(0.5)  # the issue's scenario: the second error comes 0.5 s later
     raise KeyError("rank 1 fails second")

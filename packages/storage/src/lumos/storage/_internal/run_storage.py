@@ -183,6 +183,8 @@ class RunStorage:
         state: RunState,
         record: CheckpointRecord,
         retention: RetentionPolicy | None = None,
+        *,
+        delete_dropped: bool = True,
     ) -> tuple[RunState, list[str]]:
         """Commit a persisted checkpoint: write the state naming it, then apply retention.
 
@@ -192,8 +194,19 @@ class RunStorage:
         directories deleted, so a crash at any point leaves a consistent run.
         ``report_count`` becomes at least ``record.report_index + 1``.
 
+        Args:
+            state: The run's current state.
+            record: The persisted checkpoint to commit.
+            retention: Which committed checkpoints to keep.
+            delete_dropped: ``False`` returns the dropped directories without
+                deleting them, for a caller that has something more urgent to do
+                first (a driver acknowledging its workers); it deletes them later
+                with :meth:`delete_checkpoints`. Until then they are directories no
+                state names, which a restore removes like any unfinished upload.
+
         Returns:
-            ``(new_state, deleted_dir_names)``.
+            ``(new_state, dropped_dir_names)``: deleted already unless
+            ``delete_dropped=False``.
         """
         self.checkpoint_path(record.dir_name)
         records = [r for r in state.checkpoints if r.dir_name != record.dir_name] + [record]
@@ -208,11 +221,19 @@ class RunStorage:
             }
         )
         self.save_state(new_state)
-        deleted: list[str] = []
-        for r in dropped:
-            self._rm_dir(self.checkpoint_path(r.dir_name))
-            deleted.append(r.dir_name)
-        return new_state, deleted
+        names = [r.dir_name for r in dropped]
+        if delete_dropped:
+            self.delete_checkpoints(names)
+        return new_state, names
+
+    def delete_checkpoints(self, dir_names: Iterable[str]) -> None:
+        """Delete checkpoint directories that the saved state no longer names.
+
+        Args:
+            dir_names: Names returned by ``commit_checkpoint(..., delete_dropped=False)``.
+        """
+        for name in dir_names:
+            self._rm_dir(self.checkpoint_path(name))
 
     def _rm_dir(self, path: str) -> None:
         try:

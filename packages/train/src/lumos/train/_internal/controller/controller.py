@@ -349,11 +349,12 @@ class TrainController:
     def _commit(self, commit: Commit) -> None:
         self.metrics.flush()
         try:
-            checkpoint = self.book.commit(commit.index, commit.dir_name, commit.metrics)
+            checkpoint, dropped = self.book.commit(commit.index, commit.dir_name, commit.metrics)
         except CheckpointReportError as error:
             raise _RunIsBroken(error) from error
         # every rank learns the commit: SYNC ranks wait for it, the others read it later
         self.workers.current().send(commit_message(commit.index, commit.dir_name))
+        self.book.delete_dropped(dropped)  # after the answer: a SYNC report does not wait
         if 0 in commit.ranks:
             self._deliver(commit.metrics, checkpoint)
 

@@ -76,11 +76,15 @@ class RunBook:
         )
         self._save(attempts=attempts)
 
-    def commit(self, index: int, dir_name: str, metrics: dict[str, Any]) -> Checkpoint:
-        """Commit the checkpoint of report ``index``; returns it.
+    def commit(
+        self, index: int, dir_name: str, metrics: dict[str, Any]
+    ) -> tuple[Checkpoint, list[str]]:
+        """Commit the checkpoint of report ``index``; returns it and the dropped names.
 
-        Once this returned, the checkpoint survives any failure; the retention
-        policy may have deleted older ones.
+        Once this returned, the checkpoint survives any failure. The checkpoints
+        the retention policy dropped are no longer named by the state but are not
+        deleted yet: the controller acknowledges the workers first (a SYNC report
+        does not wait for deletions), then calls :meth:`delete_dropped`.
 
         Raises:
             CheckpointReportError: ``dir_name`` already names a committed checkpoint
@@ -94,8 +98,15 @@ class RunBook:
         record = CheckpointRecord(
             dir_name=dir_name, metrics=metrics, report_index=index, created_at=time.time()
         )
-        self.state, _deleted = self.storage.commit_checkpoint(self.state, record, self.retention)
-        return self.storage.checkpoint(dir_name)
+        self.state, dropped = self.storage.commit_checkpoint(
+            self.state, record, self.retention, delete_dropped=False
+        )
+        return self.storage.checkpoint(dir_name), dropped
+
+    def delete_dropped(self, dir_names: list[str]) -> None:
+        """Delete the checkpoints a commit dropped (see :meth:`commit`)."""
+        if dir_names:
+            self.storage.delete_checkpoints(dir_names)
 
     def delete_uncommitted(self) -> list[str]:
         """Delete checkpoint directories no committed state names; returns their names."""
