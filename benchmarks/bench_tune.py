@@ -15,7 +15,7 @@ subprocess so that earlier parts do not count).
 
 Budget (DESIGN.md): lumos >= 0.6x the floor, >= 100x ray.tune, RSS < 300 MB.
 
-Then population-based training (``bench_tune_pbt.py``): lumos's PBT against its own
+Then population-based training (``tune_pbt_section.py``): lumos's PBT against its own
 FIFO on the same 4 trials x 12 steps (budget <= 1.2x), ray.tune's PBT against its FIFO
 for reference. ``--pbt`` runs only that part.
 
@@ -251,12 +251,12 @@ def main() -> None:
 
 def _pbt_section(quick: bool) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench_tune_pbt
+    import tune_pbt_section
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        bench_tune_pbt.run(quick)
+        tune_pbt_section.run(quick)
     finally:
         ray.shutdown()
 
