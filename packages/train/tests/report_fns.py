@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any
 
+from train_fns import wait_for_file
+
 from lumos import train
 
 # What in-process runs (the fake worker group) record for the test to check.
@@ -37,14 +39,6 @@ def _step_of(ckpt: train.Checkpoint | None) -> int | None:
         return None
     with ckpt.as_directory() as d, open(os.path.join(d, "model.json")) as f:
         return int(json.load(f)["step"])
-
-
-def wait_for_file(path: str, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):  # another process creates it: poll
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
-        time.sleep(0.02)
 
 
 def ray_docs_pattern(config: dict[str, Any]) -> None:

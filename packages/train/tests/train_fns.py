@@ -59,19 +59,20 @@ def checkpointing_loop(config: dict[str, Any]) -> None:
             elif how == "hang":
                 time.sleep(3600)
         if config.get("hold") and step == config["hold"]["step"]:
-            _wait_for_file(config["hold"]["until"])
+            wait_for_file(config["hold"]["until"])
         metrics = {"step": step, "start": start, "attempt": ctx.get_attempt()}
         if "losses" in config:
             metrics["loss"] = config["losses"][step]
         train.report(metrics, checkpoint=_save(step))
 
 
-def _wait_for_file(path: str, timeout_s: float = 300.0) -> None:
+def wait_for_file(path: str, timeout_s: float = 300.0) -> None:
+    """Wait (bounded) until another process creates ``path``."""
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(path):  # another process creates it: poll
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear within {timeout_s:.0f} s")
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def metrics_only_loop(config: dict[str, Any]) -> None:
