@@ -29,19 +29,29 @@ def gain(lr: float) -> float:
     return 1.0 / (1.0 + (math.log10(lr) + 1.0) ** 2)
 
 
-def _wait_for_population(gate: str) -> None:
-    """Start stepping once all 4 trials run (actors start one by one on a busy machine)."""
-    open(os.path.join(gate, tune.get_context().get_trial_name()), "w").close()
-    while len(os.listdir(gate)) < 4:
-        time.sleep(0.05)  # the other trials' files: nothing to wait on
+def _passed(gate: str, step: int) -> None:
+    """Mark this trial as past ``step``; wait (bounded) until all 4 trials are.
+
+    Lock-step trials make the test deterministic: when a trial's look comes, every other
+    trial has reported the step before it at least, so the slowest learner is ranked last.
+    """
+    name = tune.get_context().get_trial_name()
+    open(os.path.join(gate, f"{step:03d}-{name}"), "w").close()
+    deadline = time.monotonic() + 120
+    while sum(f.startswith(f"{step:03d}-") for f in os.listdir(gate)) < 4:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not all trials passed step {step} within 120 s")
+        time.sleep(0.02)  # the other trials' files: nothing to wait on
 
 
 def toy(config: dict[str, Any]) -> None:
-    _wait_for_population(config["gate"])
+    gate = config["gate"]
     x, step = 0.0, 0
     if (ckpt := tune.get_checkpoint()) is not None:
         with ckpt.as_directory() as d, open(os.path.join(d, "s.json")) as f:
             x, step = json.load(f)
+    for passed in range(step + 1):  # a clone continues from the donor's step
+        _passed(gate, passed)
     while step < STEPS:
         step += 1
         x += gain(config["lr"])
@@ -53,6 +63,7 @@ def toy(config: dict[str, Any]) -> None:
                 {"score": x, "pid": os.getpid(), "lr": config["lr"]},
                 checkpoint=tune.Checkpoint.from_directory(d),
             )
+        _passed(gate, step)
 
 
 def _tuner(tmp_path: Any, name: str, scheduler: Any) -> tune.Tuner:
@@ -61,12 +72,15 @@ def _tuner(tmp_path: Any, name: str, scheduler: Any) -> tune.Tuner:
     return tune.Tuner(
         toy,
         param_space={"lr": tune.loguniform(1e-4, 1e-3), "gate": gate},
+        # fixed starting points, 1.2x apart in progress per step at least, so that the
+        # slowest learner is last at every look (lock-step: others are at most a step behind)
         tune_config=tune.TuneConfig(
             metric="score",
             mode="max",
             num_samples=4,
             max_concurrent_trials=4,
             sampler=optuna.samplers.RandomSampler(seed=3),
+            points_to_evaluate=[{"lr": lr} for lr in (1e-4, 2e-4, 5e-4, 1e-3)],
             scheduler=scheduler,
         ),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
