@@ -55,7 +55,9 @@ def _typed_imports(tree: ast.Module) -> dict[str, str]:
                 assert isinstance(stmt, ast.ImportFrom)
                 assert stmt.module
                 for alias in stmt.names:
-                    out[alias.asname or alias.name] = stmt.module
+                    # `X as X`: what strict type checkers accept as a re-export
+                    assert alias.asname == alias.name, f"{alias.name}: re-export it as itself"
+                    out[alias.name] = stmt.module
     return out
 
 

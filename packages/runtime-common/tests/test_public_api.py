@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
-import inspect
 import sys
 import types
 
@@ -19,21 +17,6 @@ def test_all_is_derived_from_the_table() -> None:
     assert runtime.__all__ == sorted(
         {*table, "__version__", "context", "lazy_attributes", "worker"}
     )
-
-
-def test_type_checking_imports_match_the_table() -> None:
-    tree = ast.parse(inspect.getsource(runtime))
-    block = next(
-        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
-    )
-    seen: dict[str, str] = {}
-    for node in block.body:
-        assert isinstance(node, ast.ImportFrom)
-        for alias in node.names:
-            assert alias.asname == alias.name, f"{alias.name}: re-export it as itself"
-            module = f"{node.module}.{alias.name}" if alias.name == "testing" else node.module
-            seen[alias.name] = str(module)
-    assert seen == runtime._LAZY
 
 
 @pytest.mark.parametrize("name", runtime.__all__)
