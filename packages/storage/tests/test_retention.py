@@ -100,3 +100,22 @@ def test_checkpoint_config_rejects_bad_values(
         CheckpointConfig(**kwargs)  # type: ignore[arg-type]
     for part in expected:
         assert part in str(info.value)
+
+
+def test_a_pending_validation_is_kept_and_takes_no_place() -> None:
+    rs = records({"val": 0.9}, {"val": 0.1}, {"val": 0.5}, {})
+    rs[3] = rs[3].model_copy(update={"validation_status": "pending"})
+    policy = RetentionPolicy(num_to_keep=1, score_attribute="val", score_order="min")
+    # c3 is not judged yet: kept; among the judged, c1 is best; c2 is the latest
+    assert names(policy.select_to_delete(rs, "c2")) == ["c0"]
+    # once validated, c3 competes like any other checkpoint
+    rs[3] = rs[3].model_copy(update={"validation_status": "validated", "metrics": {"val": 0.05}})
+    assert names(policy.select_to_delete(rs, "c2")) == ["c0", "c1"]
+
+
+def test_rolled_back_checkpoints_are_dropped_first() -> None:
+    rs = records({"val": 0.1}, {"val": 0.2}, {"val": 0.3})
+    rs[0] = rs[0].model_copy(update={"rolled_back": True})
+    policy = RetentionPolicy(num_to_keep=2, score_attribute="val", score_order="min")
+    assert names(policy.select_to_delete(rs, "c2")) == ["c0"]
+    assert names(RetentionPolicy(num_to_keep=2).select_to_delete(rs, "c2")) == ["c0"]

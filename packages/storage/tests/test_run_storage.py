@@ -257,3 +257,49 @@ def test_commit_can_leave_the_dropped_checkpoints_for_later(location, make_local
     storage.delete_checkpoints(dropped)
     assert storage.list_uncommitted() == []
     assert [c.path for c in storage.list_checkpoints()] == [storage.checkpoint_path("c1")]
+
+
+def test_merge_metrics_patches_one_row_until_it_is_reported_again(location) -> None:
+    storage = location.storage()
+    storage.append_metrics([{"i": 0}, {"i": 1}, {"i": 2}], start_index=0)
+    storage.merge_metrics(1, {"val": 0.5})
+    storage.merge_metrics(9, {"val": 0.7})  # a row not in the history: ignored
+    reader = RunStorage(location.storage_path, "run", location.fresh_fs())
+    assert reader.read_metrics() == [{"i": 0}, {"i": 1, "val": 0.5}, {"i": 2}]
+    storage.append_metrics([{"i": 10}], start_index=1)  # resumed before report 1
+    assert reader.read_metrics() == [{"i": 0}, {"i": 10}]
+    with pytest.raises(ValueError, match="index"):
+        storage.merge_metrics(-1, {})
+
+
+def test_update_checkpoints_writes_state_then_applies_retention(location, make_local_dir) -> None:
+    storage = location.storage()
+    state = RunState(name="run")
+    policy = RetentionPolicy(num_to_keep=1, score_attribute="val", score_order="min")
+    for i in range(3):
+        storage.persist_directory(make_local_dir({"f": b"x"}), f"c{i}")
+        pending = CheckpointRecord(dir_name=f"c{i}", report_index=i, validation_status="pending")
+        state, dropped = storage.commit_checkpoint(state, pending, policy)
+        assert dropped == []  # nothing is judged while its validation is pending
+    records = [
+        r.model_copy(update={"validation_status": "validated", "metrics": {"val": v}})
+        for r, v in zip(state.checkpoints, [0.3, 0.1, 0.2], strict=True)
+    ]
+    state, dropped = storage.update_checkpoints(state, records, "c2", policy)
+    assert dropped == ["c0"]
+    assert storage.load_state() == state
+    assert state.checkpoint_names() == ["c1", "c2"]
+    assert [c.path for c in storage.list_checkpoints()] == [
+        storage.checkpoint_path("c1"),
+        storage.checkpoint_path("c2"),
+    ]
+
+
+def test_rename_checkpoint(location, make_local_dir) -> None:
+    storage = location.storage()
+    storage.persist_directory(make_local_dir({"a/f": b"1"}), "c")
+    storage.rename_checkpoint("c", "c.rolled-back-1")
+    fs = location.fresh_fs()
+    assert not fs.exists(storage.checkpoint_path("c"))
+    assert fs.cat_file(storage.checkpoint_path("c.rolled-back-1") + "/a/f") == b"1"
+    storage.rename_checkpoint("missing", "other")  # nothing to move

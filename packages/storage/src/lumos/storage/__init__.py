@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from lumos.storage._internal.state import (
         AttemptRecord as AttemptRecord,
         CheckpointRecord as CheckpointRecord,
+        RollbackRecord as RollbackRecord,
         RunState as RunState,
     )
 
@@ -82,6 +83,7 @@ _LAZY: dict[str, str] = {
     "RunStorage": "lumos.storage._internal.run_storage",
     "AttemptRecord": _STATE,
     "CheckpointRecord": _STATE,
+    "RollbackRecord": _STATE,
     "RunState": _STATE,
 }
 

@@ -19,6 +19,10 @@ class RetentionPolicy(BaseModel):
     without it the most recent ones are kept. The latest checkpoint is always
     kept in addition, since a restart resumes from it.
 
+    A checkpoint whose validation is pending is not judged yet: it is kept and takes
+    no place among the ``num_to_keep`` (its score may come with the validation). A
+    rolled-back checkpoint ranks after every other one, so it is dropped first.
+
     Args:
         num_to_keep: How many to keep; None keeps all.
         score_attribute: Metric that ranks checkpoints, e.g. ``"loss"``.
@@ -58,24 +62,24 @@ class RetentionPolicy(BaseModel):
         if self.num_to_keep is None:
             return []
         latest_name = latest.dir_name if isinstance(latest, CheckpointRecord) else latest
-        order = list(range(len(records)))
-        if self.score_attribute is None:
-            ranked = sorted(order, key=lambda i: -i)  # most recent first
-        else:
-            sign = -1.0 if self.score_order == "max" else 1.0
+        order = [i for i, r in enumerate(records) if not r.validation_pending]
+        sign = -1.0 if self.score_order == "max" else 1.0
 
-            def key(i: int) -> tuple[int, float, int]:
-                score = self._score(records[i])
-                if score is None:
-                    return (1, 0.0, -i)
-                return (0, sign * score, -i)  # ties: the more recent one wins
+        def key(i: int) -> tuple[int, int, float, int]:
+            rolled = int(records[i].rolled_back)
+            if self.score_attribute is None:
+                return (rolled, 0, 0.0, -i)  # most recent first
+            score = self._score(records[i])
+            if score is None:
+                return (rolled, 1, 0.0, -i)
+            return (rolled, 0, sign * score, -i)  # ties: the more recent one wins
 
-            ranked = sorted(order, key=key)
-        keep = set(ranked[: self.num_to_keep])
+        keep = set(sorted(order, key=key)[: self.num_to_keep])
+        judged = set(order)
         return [
             r
             for i, r in enumerate(records)
-            if i not in keep and (latest_name is None or r.dir_name != latest_name)
+            if i in judged and i not in keep and (latest_name is None or r.dir_name != latest_name)
         ]
 
 

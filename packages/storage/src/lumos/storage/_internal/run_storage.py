@@ -210,14 +210,49 @@ class RunStorage:
         """
         self.checkpoint_path(record.dir_name)
         records = [r for r in state.checkpoints if r.dir_name != record.dir_name] + [record]
-        dropped = retention.select_to_delete(records, record.dir_name) if retention else []
+        state = state.model_copy(
+            update={"report_count": max(state.report_count, record.report_index + 1)}
+        )
+        return self.update_checkpoints(
+            state, records, record.dir_name, retention, delete_dropped=delete_dropped
+        )
+
+    def update_checkpoints(
+        self,
+        state: RunState,
+        records: list[CheckpointRecord],
+        latest: str | None,
+        retention: RetentionPolicy | None = None,
+        *,
+        delete_dropped: bool = True,
+        **update: Any,
+    ) -> tuple[RunState, list[str]]:
+        """Replace the committed checkpoint records, then apply retention.
+
+        For changes other than a new commit: a validation's result merged into a
+        record, checkpoints marked rolled back. Same order as :meth:`commit_checkpoint`:
+        the new state (naming ``records`` minus what ``retention`` drops, with ``latest``
+        as the latest checkpoint) is written first, the dropped directories deleted after.
+
+        Args:
+            state: The run's current state.
+            records: The new list of committed checkpoints, oldest first.
+            latest: The latest checkpoint's directory name (never dropped), or ``None``.
+            retention: Which committed checkpoints to keep.
+            delete_dropped: See :meth:`commit_checkpoint`.
+            **update: Other fields of the new state (e.g. ``rollbacks``).
+
+        Returns:
+            ``(new_state, dropped_dir_names)``.
+        """
+        dropped = retention.select_to_delete(records, latest) if retention else []
         dropped_names = {r.dir_name for r in dropped}
         new_state = state.model_copy(
             update={
                 "checkpoints": [r for r in records if r.dir_name not in dropped_names],
-                "latest_checkpoint": record.dir_name,
-                "report_count": max(state.report_count, record.report_index + 1),
+                "latest_checkpoint": latest,
                 "updated_at": time.time(),
+                **update,
             }
         )
         self.save_state(new_state)
@@ -225,6 +260,27 @@ class RunStorage:
         if delete_dropped:
             self.delete_checkpoints(names)
         return new_state, names
+
+    def rename_checkpoint(self, dir_name: str, new_name: str) -> None:
+        """Move checkpoint directory ``dir_name`` to ``new_name`` (missing: nothing to do).
+
+        A local move is one ``rename``; object stores copy then delete, so this costs
+        the checkpoint's size there.
+        """
+        src, dst = self.checkpoint_path(dir_name), self.checkpoint_path(new_name)
+        fsu.invalidate(self.fs, src)
+        if not self.fs.exists(src):
+            return
+        if fsu.is_local(self.fs):
+            os.replace(src, dst)
+        else:  # file by file: object stores have no directories to move
+            base = self.fs._strip_protocol(src).rstrip("/")
+            for path in self.fs.find(src):
+                rel = str(path)[len(base) :].lstrip("/")
+                self.fs.copy(path, fsu.join(dst, rel))
+            self._rm_dir(src)
+        fsu.invalidate(self.fs, src)
+        fsu.invalidate(self.fs, dst)
 
     def delete_checkpoints(self, dir_names: Iterable[str]) -> None:
         """Delete checkpoint directories that the saved state no longer names.
@@ -310,6 +366,18 @@ class RunStorage:
         name = f"{start_index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
         self.write_json(f"{METRICS_DIR}/{name}", {"start_index": start_index, "rows": rows})
 
+    def merge_metrics(self, index: int, metrics: dict[str, Any]) -> None:
+        """Merge ``metrics`` into report ``index``'s row of the history (a new chunk).
+
+        Used for results that arrive after the report, such as a checkpoint's
+        validation. A later chunk that rewrites the history from ``index`` or earlier
+        (a resumed run reporting again) supersedes the merge.
+        """
+        if index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        name = f"{index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+        self.write_json(f"{METRICS_DIR}/{name}", {"merge_index": index, "metrics": metrics})
+
     def read_metrics(self) -> list[dict[str, Any]]:
         """The full report history in order (see ``append_metrics``)."""
         directory = fsu.join(self.state_dir, METRICS_DIR)
@@ -328,6 +396,11 @@ class RunStorage:
         for chunk in chunks:
             doc = self.read_json(f"{METRICS_DIR}/{chunk}")
             if not isinstance(doc, dict):
+                continue
+            if "merge_index" in doc:
+                at = int(doc["merge_index"])
+                if at < len(history):
+                    history[at] = {**history[at], **doc["metrics"]}
                 continue
             start = int(doc["start_index"])
             history = history[:start] + list(doc["rows"])

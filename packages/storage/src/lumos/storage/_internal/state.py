@@ -12,6 +12,8 @@ from lumos.storage._internal.names import validate_name
 SCHEMA_VERSION = 1
 
 RunStatus = Literal["running", "finished", "errored", "aborted"]
+AttemptStatus = Literal["running", "finished", "errored", "aborted", "rolled_back", "resized"]
+ValidationStatus = Literal["pending", "validated", "timeout", "failed"]
 
 
 class CheckpointRecord(BaseModel):
@@ -22,6 +24,14 @@ class CheckpointRecord(BaseModel):
         metrics: The metrics reported with the checkpoint.
         report_index: Index of the report that carried the checkpoint.
         created_at: Unix time of the commit.
+        validation_status: ``None`` (no validation requested), ``"pending"``,
+            ``"validated"``, ``"timeout"`` or ``"failed"``. A validation's metrics are
+            merged into ``metrics``.
+        validation_request: What the pending validation runs with (``fn_kwargs``,
+            ``timeout_s``), so that a resumed run can run it again.
+        validation_error: Why the validation failed or timed out.
+        rolled_back: A health check rolled the run back to an earlier checkpoint; this
+            one is never resumed from again (retention drops it first).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -30,11 +40,20 @@ class CheckpointRecord(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     report_index: int = Field(default=0, ge=0)
     created_at: float = Field(default_factory=time.time)
+    validation_status: ValidationStatus | None = None
+    validation_request: dict[str, Any] | None = None
+    validation_error: str | None = None
+    rolled_back: bool = False
 
     @field_validator("dir_name")
     @classmethod
     def _check_dir_name(cls, value: str) -> str:
         return validate_name(value, "checkpoint_dir_name")
+
+    @property
+    def validation_pending(self) -> bool:
+        """Whether a validation of this checkpoint is requested and has not ended."""
+        return self.validation_status == "pending"
 
 
 class AttemptRecord(BaseModel):
@@ -51,8 +70,37 @@ class AttemptRecord(BaseModel):
     index: int = Field(ge=0)
     started_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
-    status: RunStatus = "running"
+    status: AttemptStatus = "running"
     error: str | None = None
+
+
+class RollbackRecord(BaseModel):
+    """One health rollback of a run (``RunState.rollbacks``).
+
+    Args:
+        number: 1 for the run's first rollback, then 2, 3, ...
+        check: The health check that fired (its name).
+        reason: Why it fired.
+        from_report: Index of the report (or of the validated checkpoint's report)
+            that made it fire.
+        to_checkpoint: The checkpoint training resumed from (``None``: the start).
+        to_report_index: That checkpoint's report index (``None``: the start).
+        rolled_back: Directory names (after renaming) of the checkpoints rolled back.
+        metrics: The metrics the check fired on.
+        at: Unix time of the rollback.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    number: int = Field(ge=1)
+    check: str
+    reason: str
+    from_report: int = Field(ge=0)
+    to_checkpoint: str | None = None
+    to_report_index: int | None = None
+    rolled_back: list[str] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    at: float = Field(default_factory=time.time)
 
 
 class RunState(BaseModel):
@@ -76,6 +124,7 @@ class RunState(BaseModel):
     latest_checkpoint: str | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
     report_count: int = Field(default=0, ge=0)
+    rollbacks: list[RollbackRecord] = Field(default_factory=list)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -93,5 +142,9 @@ class RunState(BaseModel):
         return None
 
     def checkpoint_names(self) -> list[str]:
-        """Directory names of the committed checkpoints, oldest first."""
+        """Directory names of the committed checkpoints (rolled back ones too), oldest first."""
         return [r.dir_name for r in self.checkpoints]
+
+    def live_checkpoints(self) -> list[CheckpointRecord]:
+        """The committed checkpoints that were not rolled back, oldest first."""
+        return [r for r in self.checkpoints if not r.rolled_back]
