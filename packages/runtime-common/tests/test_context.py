@@ -65,3 +65,16 @@ def test_stop_signal_and_error() -> None:
 def test_rejects_non_context() -> None:
     with pytest.raises(TypeError, match="JobContext"), context.running("nope"):  # type: ignore[arg-type]
         pass
+
+
+def test_forward_hands_a_committed_checkpoint_to_report_checkpoint() -> None:
+    plain: list[dict[str, Any]] = []
+    with_checkpoint: list[tuple[dict[str, Any], str]] = []
+    ctx = _ctx("t", plain)
+    ctx.forward({"i": 0})
+    ctx.forward({"i": 1}, "memory://exp/t/train/c1")  # the parent takes no checkpoint
+    ctx.report_checkpoint = lambda m, url: with_checkpoint.append((m, url))
+    ctx.forward({"i": 2}, "memory://exp/t/train/c2")
+    ctx.forward({"i": 3})
+    assert plain == [{"i": 0}, {"i": 1}, {"i": 3}]
+    assert with_checkpoint == [({"i": 2}, "memory://exp/t/train/c2")]

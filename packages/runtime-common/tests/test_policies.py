@@ -4,11 +4,12 @@ import pytest
 
 from lumos.runtime import (
     DefaultFailurePolicy,
-    ElasticScalingPolicy,
     FailureAction,
     FailureDecision,
     FailureKind,
     FixedScalingPolicy,
+    FreeResources,
+    GroupState,
     NoopDecision,
     RemoteError,
     ResizeDecision,
@@ -77,33 +78,11 @@ def test_negative_failures_so_far_rejected() -> None:
 
 def test_fixed_scaling() -> None:
     policy = FixedScalingPolicy(4)
-    assert policy.make_decision(None, {}) == ResizeDecision(4)
-    assert policy.make_decision(4, {}) == NoopDecision()
-    assert policy.make_decision(3, {"CPU": 100}) == ResizeDecision(4)
+    assert policy.make_decision(GroupState(0, 4, 4), FreeResources()) == ResizeDecision(
+        4, "fixed size: 4 worker(s)"
+    )
+    assert policy.make_decision(GroupState(4, 4, 4), FreeResources()) == NoopDecision()
+    lost = GroupState(4, 4, 4, lost_ranks=(1,))
+    assert policy.make_decision(lost, FreeResources()).num_workers == 4  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="num_workers"):
         FixedScalingPolicy(0)
-
-
-def test_elastic_sizes_from_free_resources() -> None:
-    policy = ElasticScalingPolicy(2, 6, {"CPU": 2, "GPU": 1})
-    # GPU limits: 3 fit
-    assert policy.make_decision(None, {"CPU": 16, "GPU": 3}) == ResizeDecision(3)
-    # more than max fits: clamp to max
-    assert policy.make_decision(None, {"CPU": 100, "GPU": 100}) == ResizeDecision(6)
-    # fewer than min fit: ask for min (the group waits for resources)
-    assert policy.make_decision(None, {"CPU": 1}) == ResizeDecision(2)
-    # running with 3, nothing free: keep
-    assert policy.make_decision(3, {}) == NoopDecision()
-    # running with 3, room for 2 more: grow to 5
-    assert policy.make_decision(3, {"CPU": 4, "GPU": 2}) == ResizeDecision(5)
-    # at max: keep
-    assert policy.make_decision(6, {"CPU": 64, "GPU": 8}) == NoopDecision()
-
-
-def test_elastic_validation() -> None:
-    with pytest.raises(ValueError, match="min_workers"):
-        ElasticScalingPolicy(0, 2)
-    with pytest.raises(ValueError, match="max_workers"):
-        ElasticScalingPolicy(3, 2)
-    with pytest.raises(ValueError, match="resources_per_worker"):
-        ElasticScalingPolicy(1, 2, {"CPU": 0})

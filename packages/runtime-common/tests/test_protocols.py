@@ -112,6 +112,11 @@ def test_protocol_members_are_what_the_controllers_use() -> None:
         "send",
         "request_stop",
         "replace_workers",
+        "remove_workers",
+        "add_workers",
+        "free_resources",
+        "scaling_state",
+        "preemption_info",
         "shutdown",
     }
     assert set(_members(WorkerPoolProtocol)) == {

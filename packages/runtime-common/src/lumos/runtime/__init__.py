@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         ReportEvent as ReportEvent,
         WorkerDiedEvent as WorkerDiedEvent,
         WorkerHungEvent as WorkerHungEvent,
+        WorkerPreemptedEvent as WorkerPreemptedEvent,
     )
     from lumos.runtime._internal.policies import (
         DefaultFailurePolicy as DefaultFailurePolicy,
@@ -62,12 +63,17 @@ if TYPE_CHECKING:
         FailureKind as FailureKind,
         FailurePolicy as FailurePolicy,
         FixedScalingPolicy as FixedScalingPolicy,
+        FreeResources as FreeResources,
+        GroupState as GroupState,
         NoopDecision as NoopDecision,
         ResizeDecision as ResizeDecision,
         ScalingDecision as ScalingDecision,
         ScalingPolicy as ScalingPolicy,
         WorkerFailure as WorkerFailure,
         describe_failures as describe_failures,
+    )
+    from lumos.runtime._internal.preemption import (
+        PreemptionInfo as PreemptionInfo,
     )
     from lumos.runtime._internal.protocols import (
         GroupFactory as GroupFactory,
@@ -78,6 +84,9 @@ if TYPE_CHECKING:
     from lumos.runtime._internal.ray_init import (
         ensure_ray as ensure_ray,
     )
+    from lumos.runtime._internal.resize import (
+        ResizeResult as ResizeResult,
+    )
     from lumos.runtime._internal.session import (
         WorkerInfo as WorkerInfo,
         WorkerSession as WorkerSession,
@@ -87,6 +96,7 @@ if TYPE_CHECKING:
         WorkerGroupSpec as WorkerGroupSpec,
         validate_env_vars as validate_env_vars,
         validate_resources as validate_resources,
+        validate_runtime_env as validate_runtime_env,
     )
     from lumos.runtime._internal.worker_group import (
         WorkerGroup as WorkerGroup,
@@ -120,6 +130,7 @@ _LAZY: dict[str, str] = {
     "ReportEvent": _EVENTS,
     "WorkerDiedEvent": _EVENTS,
     "WorkerHungEvent": _EVENTS,
+    "WorkerPreemptedEvent": _EVENTS,
     "DefaultFailurePolicy": _POLICIES,
     "ElasticScalingPolicy": _POLICIES,
     "FailureAction": _POLICIES,
@@ -127,6 +138,8 @@ _LAZY: dict[str, str] = {
     "FailureKind": _POLICIES,
     "FailurePolicy": _POLICIES,
     "FixedScalingPolicy": _POLICIES,
+    "FreeResources": _POLICIES,
+    "GroupState": _POLICIES,
     "NoopDecision": _POLICIES,
     "ResizeDecision": _POLICIES,
     "ScalingDecision": _POLICIES,
@@ -137,13 +150,16 @@ _LAZY: dict[str, str] = {
     "PoolFactory": _PROTOCOLS,
     "WorkerGroupProtocol": _PROTOCOLS,
     "WorkerPoolProtocol": _PROTOCOLS,
+    "PreemptionInfo": "lumos.runtime._internal.preemption",
     "ensure_ray": "lumos.runtime._internal.ray_init",
+    "ResizeResult": "lumos.runtime._internal.resize",
     "WorkerInfo": "lumos.runtime._internal.session",
     "WorkerSession": "lumos.runtime._internal.session",
     "PlacementStrategy": _SPEC,
     "WorkerGroupSpec": _SPEC,
     "validate_env_vars": _SPEC,
     "validate_resources": _SPEC,
+    "validate_runtime_env": _SPEC,
     "WorkerGroup": "lumos.runtime._internal.worker_group",
     "WorkerPool": "lumos.runtime._internal.worker_pool",
     "testing": "lumos.runtime.testing",

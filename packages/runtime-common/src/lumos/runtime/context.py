@@ -48,6 +48,20 @@ class JobContext:
         stop_event: Set when the parent wants the nested job to stop.
         stop_error: Builds the exception a nested job raises when stopped via ``stop_event``.
         resources_hint: Free-form hints (e.g. resources of the trial).
+        id: The publishing job's id (a trial's id, ``"00007"``); ``name`` is its name and
+            ``storage_path`` its directory (Ray's ``get_trial_id`` / ``get_trial_name`` /
+            ``get_trial_dir`` on a nested Train run's context).
+        report_checkpoint: Forwards metrics with the checkpoint the nested job committed
+            with them (its URL on ``storage_filesystem``), so the parent can return it as
+            its own (a Tune trial's ``Result.checkpoint``). ``None``: use ``report``. MAY
+            RAISE like ``report``.
+        starting_checkpoint: URL of a checkpoint a nested run starts from while it has no
+            committed checkpoint of its own (a population-based-training clone, a retry's
+            last checkpoint); ``None``: none.
+        nested_run_name: The run name a nested job uses when its own config names none.
+            The parent changes it to start a fresh nested run (population-based training
+            does after a clone, so that the run starts from ``starting_checkpoint``
+            instead of resuming its own state).
     """
 
     kind: str
@@ -58,6 +72,22 @@ class JobContext:
     stop_event: threading.Event
     stop_error: Callable[[], BaseException]
     resources_hint: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+    report_checkpoint: Callable[[dict[str, Any], str], None] | None = None
+    starting_checkpoint: str | None = None
+    nested_run_name: str = "train"
+
+    def forward(self, metrics: dict[str, Any], checkpoint_url: str | None = None) -> None:
+        """Hand one report of the nested job to the parent: through ``report_checkpoint``
+        when it committed a checkpoint with it (and the parent takes one), else ``report``.
+
+        Raises:
+            Whatever the parent's callable raises (its stop exception, e.g. ``TrialPruned``).
+        """
+        if checkpoint_url is not None and self.report_checkpoint is not None:
+            self.report_checkpoint(metrics, checkpoint_url)
+        else:
+            self.report(metrics)
 
 
 _lock = threading.Lock()

@@ -24,6 +24,7 @@ from lumos.runtime._internal.leak_checks import (
     alive_placement_groups,
     assert_no_leaked_actors,
 )
+from lumos.runtime._internal.sim_cluster import simulated_cluster
 
 __all__ = [
     "FakeCluster",
@@ -33,4 +34,5 @@ __all__ = [
     "alive_actors",
     "alive_placement_groups",
     "assert_no_leaked_actors",
+    "simulated_cluster",
 ]

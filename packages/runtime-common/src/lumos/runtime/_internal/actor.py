@@ -22,8 +22,14 @@ from typing import Any
 from ray import cloudpickle
 
 from lumos.runtime._internal.errors import RemoteError
+from lumos.runtime._internal.preemption import (
+    PreemptionBox,
+    PreemptionInfo,
+    install_sigterm_notice,
+)
 from lumos.runtime._internal.session import (
     ERROR,
+    PREEMPT,
     EventQueue,
     RawEvent,
     WorkerInfo,
@@ -82,14 +88,26 @@ class WorkerActor:
         self._next_msg = 0
         self._fn_cache: dict[str, Callable[..., Any]] = {}
         self._rank: int | None = None
+        # SIGTERM becomes a preemption notice once setup(preemption_notices=True) ran
+        # (group workers); until then, and on pool workers, it ends the process as before.
+        # The handler is installed here: __init__ runs in the actor's main thread.
+        self._preemption = PreemptionBox()
+        self._notices = False
+        self._node_id: str | None = None
+        install_sigterm_notice(self._on_sigterm)
 
     # -- setup ------------------------------------------------------------------------
     def setup(
-        self, env_vars: dict[str, str] | None, imports: list[str] | None = None
+        self,
+        env_vars: dict[str, str] | None,
+        imports: list[str] | None = None,
+        preemption_notices: bool = False,
     ) -> dict[str, Any]:
         """Apply env vars, import ``imports`` (a standby warms up so), and return where
         this worker runs (one call per actor). A module that fails to import is skipped:
-        the user function will raise the error itself if it needs that module."""
+        the user function will raise the error itself if it needs that module.
+        With ``preemption_notices``, a SIGTERM of this process is a preemption notice."""
+        self._notices = preemption_notices
         if env_vars:
             os.environ.update(env_vars)
         for module in imports or ():
@@ -98,6 +116,7 @@ class WorkerActor:
         import ray
 
         ctx = ray.get_runtime_context()
+        self._node_id = ctx.get_node_id()
         gpu_ids: list[int] = []
         for g in ray.get_gpu_ids():
             try:
@@ -169,7 +188,7 @@ class WorkerActor:
             packed = args_box[0]
             args, kwargs = ray.get(packed) if isinstance(packed, ray.ObjectRef) else packed
             kwargs = {**kwargs, **(rank_kwargs or {})}
-            session = WorkerSession(info, session_info, outbox)
+            session = WorkerSession(info, session_info, outbox, self._preemption)
         except BaseException as exc:
             outbox.put((ERROR, -1, RemoteError.from_exception(exc, rank=self._rank)))
             return
@@ -208,6 +227,11 @@ class WorkerActor:
         self.launch(seq, fn_key, fn_box, args_box, None, None, session_info)
         return self.poll(max(0.0, max_wait_s - (time.monotonic() - started)))
 
+    def launch_poll_packed(self, packed: tuple[Any, ...]) -> bytes:
+        """:meth:`launch_poll` with its six arguments in one tuple: Ray serializes one
+        argument per call instead of six (a ``WorkerPool`` launches every trial so)."""
+        return self.launch_poll(*packed)
+
     def preload(self, fn_key: str, fn_box: list[Any], args_box: list[Any]) -> None:
         """Fetch and unpickle a function and its arguments ahead of a launch (a standby
         does this so that taking over a rank imports nothing); the arguments are
@@ -240,6 +264,19 @@ class WorkerActor:
                 self._session.request_stop()
 
         self._in_order(seq, action)
+
+    def mark_preempted(self, seq: int, info: PreemptionInfo | None) -> None:
+        """The owner's view of the group's preemption notices (``None``: none now)."""
+        self._in_order(seq, lambda: self._preemption.set_group(info))
+
+    def _on_sigterm(self, deadline_ms: int) -> bool:
+        """SIGTERM handler body (main thread): record the notice, tell the owner."""
+        if not self._notices:
+            return False
+        ranks = [] if self._rank is None else [self._rank]
+        self._preemption.set_own(PreemptionInfo(deadline_ms, {self._node_id or "": ranks}))
+        self._outbox.put((PREEMPT, -1, (deadline_ms, "SIGTERM")))
+        return True
 
     def deliver_control(self, key: tuple[str, int], value: Any) -> None:
         """Answer a barrier / broadcast (owner relay)."""

@@ -19,7 +19,10 @@ RemoteWorker: Any = ray.remote(WorkerActor)
 
 
 def new_worker_actor(
-    opts: dict[str, Any], pg: PlacementGroup | None = None, bundle_index: int = 0
+    opts: dict[str, Any],
+    pg: PlacementGroup | None = None,
+    bundle_index: int = 0,
+    runtime_env: dict[str, Any] | None = None,
 ) -> Any:
     """Create a worker actor: threaded, never restarted by Ray.
 
@@ -27,6 +30,8 @@ def new_worker_actor(
         opts: Ray actor options, i.e. its resources (see ``placement.actor_options``).
         pg: The placement group to run in (``None``: Ray places the actor).
         bundle_index: The bundle of ``pg`` to use.
+        runtime_env: The actor's Ray runtime environment (``WorkerGroupSpec.runtime_env``);
+            ``None`` or empty: the job's.
 
     Returns:
         The actor handle (its ``setup`` call reports where it runs).
@@ -38,6 +43,8 @@ def new_worker_actor(
                 placement_group=pg, placement_group_bundle_index=bundle_index
             ),
         }
+    if runtime_env:
+        opts = {**opts, "runtime_env": runtime_env}
     return RemoteWorker.options(
         max_concurrency=ACTOR_MAX_CONCURRENCY, max_restarts=0, max_task_retries=0, **opts
     ).remote()

@@ -68,5 +68,28 @@ class WorkerHungEvent:
     waited_s: float
 
 
-Event = Union[ReportEvent, FinishedEvent, ErrorEvent, WorkerDiedEvent, WorkerHungEvent]  # noqa: UP007 - runtime alias (py3.10)
+@dataclass(frozen=True)
+class WorkerPreemptedEvent:
+    """The worker will be taken away soon: a notice, not a failure (it keeps running).
+
+    Comes once per rank and notice: when Ray marks the worker's node as draining (the
+    autoscaler, a spot-termination notice, ``ray drain-node``) or when the worker
+    process gets SIGTERM. Every rank's ``WorkerSession.preemption_info()`` returns the
+    group's merged notice from then on, so the user function can checkpoint first.
+
+    Attributes:
+        node_id: The worker's node.
+        deadline_ms: When the worker will be gone (UNIX time, ms); ``None``: not said.
+        reason: ``"node draining"`` or ``"SIGTERM"``.
+    """
+
+    rank: int
+    node_id: str | None
+    deadline_ms: int | None
+    reason: str
+
+
+Event = Union[  # noqa: UP007 - runtime alias (py3.10)
+    ReportEvent, FinishedEvent, ErrorEvent, WorkerDiedEvent, WorkerHungEvent, WorkerPreemptedEvent
+]
 """Any event returned by ``WorkerGroup.poll`` / ``WorkerPool.poll``."""

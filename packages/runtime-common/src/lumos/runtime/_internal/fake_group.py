@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
-from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError, WorkerGroupError
-from lumos.runtime._internal.events import Event
+from lumos.runtime._internal.errors import (
+    RemoteError,
+    RuntimeConfigError,
+    RuntimeUsageError,
+    WorkerGroupError,
+)
+from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
 from lumos.runtime._internal.fake_workers import FakeWorkers
+from lumos.runtime._internal.policies import FreeResources, GroupState
+from lumos.runtime._internal.preemption import PreemptionBox, PreemptionInfo
 from lumos.runtime._internal.relay import CollectiveRelay
+from lumos.runtime._internal.resize import ResizeResult
 from lumos.runtime._internal.session import WorkerInfo
 from lumos.runtime._internal.spec import WorkerGroupSpec
 
@@ -21,40 +30,40 @@ class FakeWorkerGroup(FakeWorkers):
     """In-process stand-in for ``WorkerGroup`` (same methods, no Ray).
 
     Args:
-        spec: The group spec (``num_workers`` is used; resources are ignored).
+        spec: The group spec (``num_workers``, ``min_workers`` are used; resources are ignored).
         num_nodes: Spread the fake workers over this many fake nodes (contiguous ranks).
+        fit: Elastic groups only: how many workers the fake cluster holds. The group
+            starts with ``fit`` clamped to ``[min_workers, num_workers]``; what is left
+            over becomes ``free_workers``. ``None``: ``num_workers`` fit, none free.
 
     Attributes:
         launches: One dict per ``launch`` call (fn, args, kwargs, per_rank_kwargs, session_info).
         sent: ``(value, ranks)`` per ``send`` call.
         replaced: Ranks passed to ``replace_workers``, per call.
+        resizes: The result of every ``remove_workers`` / ``add_workers`` call.
+        free_workers: How many more workers the fake cluster has room for; set it to
+            script capacity coming back (``add_workers`` uses it, ``free_resources``
+            reports it as ``resources_per_worker`` times this on one fake node).
         shutdown_calls: How often ``shutdown`` was called.
     """
 
-    def __init__(self, spec: WorkerGroupSpec, num_nodes: int = 1) -> None:
+    def __init__(self, spec: WorkerGroupSpec, num_nodes: int = 1, fit: int | None = None) -> None:
         super().__init__()
         self.spec = spec
         n = spec.num_workers
+        self.free_workers = 0
+        if spec.min_workers is not None and fit is not None:
+            n = max(spec.min_workers, min(spec.num_workers, fit))
+            self.free_workers = max(0, fit - n)
         per_node = -(-n // max(1, num_nodes))
-        self.workers: list[WorkerInfo] = []
-        for rank in range(n):
-            node = rank // per_node
-            on_node = min(per_node, n - node * per_node)
-            self.workers.append(
-                WorkerInfo(
-                    world_rank=rank,
-                    world_size=n,
-                    local_rank=rank - node * per_node,
-                    local_world_size=on_node,
-                    node_rank=node,
-                    node_id=f"fake-node-{node}",
-                    node_ip="127.0.0.1",
-                    pid=os.getpid(),
-                    gpu_ids=[],
-                )
-            )
+        self.workers: list[WorkerInfo] = _infos(
+            [f"fake-node-{rank // per_node}" for rank in range(n)]
+        )
         self._relay = CollectiveRelay(n, self._send_control)
         self.replaced: list[list[int]] = []
+        self.resizes: list[ResizeResult] = []
+        self._notices: dict[int, tuple[int | None, str]] = {}  # rank -> (deadline, reason)
+        self._added_nodes = 0
         self.shutdown_calls = 0
 
     @classmethod
@@ -90,6 +99,7 @@ class FakeWorkerGroup(FakeWorkers):
                 "session_info": session_info,
             }
         )
+        self._relay.world_size = len(self.workers)
         self._relay.reset()
         for rank, info in enumerate(self.workers):
             if rank in self._dead:
@@ -155,6 +165,116 @@ class FakeWorkerGroup(FakeWorkers):
             self._sessions.pop(r, None)
         return []
 
+    # -- elastic (as WorkerGroup) -----------------------------------------------------
+    def remove_workers(self, ranks: list[int]) -> ResizeResult:
+        """Drop ``ranks`` (their threads are asked to stop) and re-number the others."""
+        self._check_open()
+        t0 = time.monotonic()
+        self._require_elastic("remove_workers")
+        n = len(self.workers)
+        gone = sorted(set(ranks))
+        if any(not 0 <= r < n for r in gone) or len(gone) >= n:
+            raise RuntimeUsageError(
+                f"remove_workers(ranks={ranks!r}) is invalid: ranks must be in 0..{n - 1} "
+                "and at least one worker must stay"
+            )
+        self._stop_all(gone, 1.0)
+        keep = [r for r in range(n) if r not in gone]
+        mapping = {old: new for new, old in enumerate(keep)}
+        self._rekey(mapping)
+        self._notices = {mapping[r]: v for r, v in self._notices.items() if r in mapping}
+        self.workers = _infos([self.workers[r].node_id for r in keep])
+        result = ResizeResult(
+            mapping, removed=gone, world_size=len(keep), elapsed_s=time.monotonic() - t0
+        )
+        self._after_resize(result)
+        return result
+
+    def add_workers(self, count: int, timeout_s: float = 0.0) -> ResizeResult:
+        """Add up to ``count`` workers, at most ``free_workers`` (each on a new fake node)."""
+        self._check_open()
+        t0 = time.monotonic()
+        self._require_elastic("add_workers")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise RuntimeUsageError(f"add_workers(count={count!r}) is invalid: must be an int >= 1")
+        n = len(self.workers)
+        k = max(0, min(count, self.free_workers, self.spec.num_workers - n))
+        self.free_workers -= k
+        nodes = [w.node_id for w in self.workers]
+        for _ in range(k):
+            nodes.append(f"fake-node-added-{self._added_nodes}")
+            self._added_nodes += 1
+        self.workers = _infos(nodes)
+        result = ResizeResult(
+            {r: r for r in range(n)},
+            added=list(range(n, n + k)),
+            world_size=n + k,
+            elapsed_s=time.monotonic() - t0,
+        )
+        self._after_resize(result)
+        return result
+
+    def free_resources(self) -> FreeResources:
+        """``free_workers`` times ``resources_per_worker``, on one fake node."""
+        if self.free_workers <= 0:
+            return FreeResources()
+        res = {k: float(v) * self.free_workers for k, v in self.spec.resources_per_worker.items()}
+        return FreeResources({"fake-free-node": res})
+
+    def scaling_state(self, lost_ranks: list[int] | None = None) -> GroupState:
+        """As ``WorkerGroup.scaling_state``."""
+        info = self.preemption_info()
+        return GroupState(
+            num_workers=len(self.workers),
+            min_workers=self.spec.min_workers or self.spec.num_workers,
+            max_workers=self.spec.num_workers,
+            resources_per_worker=dict(self.spec.resources_per_worker),
+            preempted_ranks=tuple(info.preempted_ranks) if info is not None else (),
+            lost_ranks=tuple(sorted(set(lost_ranks or ()))),
+        )
+
+    def preemption_info(self) -> PreemptionInfo | None:
+        """The scripted notices (``preempt_workers``) of the current workers."""
+        if not self._notices:
+            return None
+        node_to_ranks: dict[str, list[int]] = {}
+        for rank in sorted(self._notices):
+            node_to_ranks.setdefault(self.workers[rank].node_id, []).append(rank)
+        deadlines = [d for d, _ in self._notices.values() if d]
+        return PreemptionInfo(min(deadlines, default=None), node_to_ranks)
+
+    def preempt_workers(
+        self, ranks: list[int], deadline_ms: int | None = None, reason: str = "node draining"
+    ) -> None:
+        """Script a preemption notice: a ``WorkerPreemptedEvent`` per rank (after what is
+        queued), and every rank's ``session.preemption_info()`` returns the group's notice."""
+        for rank in ranks:
+            if rank not in self._notices:
+                self._notices[rank] = (deadline_ms, reason)
+                self.inject(
+                    WorkerPreemptedEvent(rank, self.workers[rank].node_id, deadline_ms, reason)
+                )
+        self._push_notice()
+
+    def _push_notice(self) -> None:
+        info = self.preemption_info()
+        for rank in range(len(self.workers)):
+            box = self._boxes.get(rank)
+            if box is None:
+                box = self._boxes[rank] = PreemptionBox()
+            box.set_group(info)
+
+    def _after_resize(self, result: ResizeResult) -> None:
+        self.resizes.append(result)
+        self._push_notice()
+
+    def _require_elastic(self, what: str) -> None:
+        if not self.spec.elastic:
+            raise RuntimeUsageError(
+                f"{what}() needs an elastic group: start it with WorkerGroupSpec(min_workers=...) "
+                "(a fixed-size group replaces failed ranks with replace_workers())"
+            )
+
     def shutdown(self, grace_period_s: float = 5.0) -> None:
         """Stop all threads (bounded by ``grace_period_s``); idempotent."""
         self.shutdown_calls += 1
@@ -174,6 +294,33 @@ class FakeWorkerGroup(FakeWorkers):
             raise WorkerGroupError({}, "the worker group was shut down")
 
 
+def _infos(nodes: list[str]) -> list[WorkerInfo]:
+    """Fake WorkerInfos for workers on ``nodes`` (index == world rank)."""
+    order: list[str] = []
+    for n in nodes:
+        if n not in order:
+            order.append(n)
+    seen: dict[str, int] = {}
+    infos: list[WorkerInfo] = []
+    for rank, node in enumerate(nodes):
+        local = seen.get(node, 0)
+        seen[node] = local + 1
+        infos.append(
+            WorkerInfo(
+                world_rank=rank,
+                world_size=len(nodes),
+                local_rank=local,
+                local_world_size=nodes.count(node),
+                node_rank=order.index(node),
+                node_id=node,
+                node_ip="127.0.0.1",
+                pid=os.getpid(),
+                gpu_ids=[],
+            )
+        )
+    return infos
+
+
 StartAction = Union[None, BaseException, Callable[[FakeWorkerGroup], None]]  # noqa: UP007
 """One scripted outcome of ``FakeCluster.start``: ``None`` (plain start), an exception
 to raise (e.g. ``WorkerGroupStartError``), or a callable that scripts the new group."""
@@ -187,6 +334,8 @@ class FakeCluster:
         num_nodes: Fake nodes per group.
         waiting_messages: Lines each ``start`` passes to its ``on_waiting`` callback
             before it returns or raises (simulates "waiting for resources").
+        fit: How many workers the fake cluster holds (elastic specs; see
+            ``FakeWorkerGroup``); ``None``: every group gets ``num_workers``.
 
     Attributes:
         groups: Every group started, in order.
@@ -202,9 +351,11 @@ class FakeCluster:
         script: Iterable[StartAction] = (),
         num_nodes: int = 1,
         waiting_messages: Iterable[str] = (),
+        fit: int | None = None,
     ) -> None:
         self._script: collections.deque[StartAction] = collections.deque(script)
         self.num_nodes = num_nodes
+        self.fit = fit
         self.waiting_messages = list(waiting_messages)
         self.groups: list[FakeWorkerGroup] = []
         self.specs: list[WorkerGroupSpec] = []
@@ -220,7 +371,7 @@ class FakeCluster:
         action = self._script.popleft() if self._script else None
         if isinstance(action, BaseException):
             raise action
-        group = FakeWorkerGroup(spec, num_nodes=self.num_nodes)
+        group = FakeWorkerGroup(spec, num_nodes=self.num_nodes, fit=self.fit)
         if action is not None:
             action(group)
         self.groups.append(group)

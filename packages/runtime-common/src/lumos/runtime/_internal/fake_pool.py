@@ -8,6 +8,7 @@ from typing import Any
 from lumos.runtime._internal.errors import LumosRuntimeError
 from lumos.runtime._internal.events import Event
 from lumos.runtime._internal.fake_workers import FakeWorkers
+from lumos.runtime._internal.spec import validate_resources
 
 
 class FakeWorkerPool(FakeWorkers):
@@ -36,18 +37,26 @@ class FakeWorkerPool(FakeWorkers):
         self._ids: list[int] = []
         self._next_id = 0
         self.removed: list[int] = []
+        self.worker_resources: dict[int, dict[str, float]] = {}
 
     @property
     def worker_ids(self) -> list[int]:
         """Ids of all workers (pending included)."""
         return list(self._ids)
 
-    def add_worker(self) -> int:
-        """Add a fake worker; returns its id."""
+    def add_worker(self, resources: dict[str, float] | None = None) -> int:
+        """Add a fake worker with ``resources`` (``None``: the pool's); returns its id.
+
+        ``worker_resources[id]`` records each worker's resources for tests.
+        """
         self._check_open()
+        if resources is not None:
+            validate_resources(resources, "add_worker(resources)", allow_zero=True)
         wid = self._next_id
         self._next_id += 1
         self._ids.append(wid)
+        shape = self.resources_per_worker if resources is None else resources
+        self.worker_resources[wid] = dict(shape)
         return wid
 
     def ready(self, worker_id: int) -> bool:

@@ -23,6 +23,7 @@ from lumos.runtime._internal.events import (
     WorkerHungEvent,
 )
 from lumos.runtime._internal.multiplexer import decode
+from lumos.runtime._internal.preemption import PreemptionBox
 from lumos.runtime._internal.relay import CollectiveRelay
 from lumos.runtime._internal.session import RawEvent, WorkerInfo, WorkerSession, run_user_fn
 
@@ -69,6 +70,7 @@ class FakeWorkers(ShutsDownOnExit):
         self._sessions: dict[int, WorkerSession] = {}
         self._threads: dict[int, threading.Thread] = {}
         self._dead: set[int] = set()
+        self._boxes: dict[int, PreemptionBox] = {}  # per worker, as on a real actor
         self._actions: list[tuple[int, Callable[[Any], None]]] = []
         self.reports_seen = 0
         self.launches: list[dict[str, Any]] = []
@@ -128,7 +130,8 @@ class FakeWorkers(ShutsDownOnExit):
             )
             return
         outbox = _RankOutbox(self._queue, key)
-        session = WorkerSession(info, session_info, outbox)
+        box = self._boxes.setdefault(key, PreemptionBox())
+        session = WorkerSession(info, session_info, outbox, box)
         self._sessions[key] = session
         t = threading.Thread(
             # run_user_fn makes the session current in this thread (as in a real worker).
@@ -171,6 +174,18 @@ class FakeWorkers(ShutsDownOnExit):
                     self._run_actions()
             if events:
                 return events
+
+    def _rekey(self, mapping: dict[int, int]) -> None:
+        """Renumber the workers (old key -> new key); keys not in ``mapping`` are dropped,
+        with their queued events."""
+        self._sessions = {mapping[k]: v for k, v in self._sessions.items() if k in mapping}
+        self._threads = {mapping[k]: v for k, v in self._threads.items() if k in mapping}
+        self._boxes = {mapping[k]: v for k, v in self._boxes.items() if k in mapping}
+        self._dead = {mapping[k] for k in self._dead if k in mapping}
+        with self._queue.cond:
+            items = [(mapping[k], item) for k, item in self._queue.items if k in mapping]
+            self._queue.items.clear()
+            self._queue.items.extend(items)
 
     def _run_actions(self) -> None:
         due = [a for a in self._actions if a[0] <= self.reports_seen]

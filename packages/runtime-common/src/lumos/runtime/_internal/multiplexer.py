@@ -31,8 +31,16 @@ from lumos.runtime._internal.events import (
     ReportEvent,
     WorkerDiedEvent,
     WorkerHungEvent,
+    WorkerPreemptedEvent,
 )
-from lumos.runtime._internal.session import COLLECTIVE, ERROR, FINISHED, REPORT, RawEvent
+from lumos.runtime._internal.session import (
+    COLLECTIVE,
+    ERROR,
+    FINISHED,
+    PREEMPT,
+    REPORT,
+    RawEvent,
+)
 
 logger = logging.getLogger("lumos.runtime")
 
@@ -62,7 +70,12 @@ def describe_actor_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:2000]
 
 
-def decode(key: int, raw: RawEvent, on_collective: CollectiveHandler | None) -> Event | None:
+def decode(
+    key: int,
+    raw: RawEvent,
+    on_collective: CollectiveHandler | None,
+    node_id: str | None = None,
+) -> Event | None:
     """Turn one raw worker event into a public Event (collectives go to the handler)."""
     kind, seq, data = raw
     if kind == REPORT:
@@ -78,6 +91,9 @@ def decode(key: int, raw: RawEvent, on_collective: CollectiveHandler | None) -> 
         if on_collective is not None:
             on_collective(key, ckey, value)
         return None
+    if kind == PREEMPT:
+        deadline_ms, reason = data
+        return WorkerPreemptedEvent(key, node_id, deadline_ms, str(reason))
     raise RuntimeConfigError(f"unknown raw event kind {kind!r}")
 
 
@@ -125,6 +141,16 @@ class EventMultiplexer:
 
     def remove(self, key: int) -> None:
         self._channels.pop(key, None)
+
+    def rekey(self, mapping: dict[int, int]) -> None:
+        """Renumber the channels (a group resize): ``mapping`` is old key -> new key;
+        channels not in it are dropped. An outstanding poll call stays with its worker."""
+        channels: dict[int, _Channel] = {}
+        for old, ch in self._channels.items():
+            if old in mapping:
+                ch.key = mapping[old]
+                channels[ch.key] = ch
+        self._channels = channels
 
     def clear(self) -> None:
         self._channels.clear()
@@ -242,7 +268,7 @@ class EventMultiplexer:
             return [ErrorEvent(ch.key, err)]
         out: list[Event] = []
         for raw in raws:
-            ev = decode(ch.key, raw, self.on_collective)
+            ev = decode(ch.key, raw, self.on_collective, ch.node_id)
             if ev is not None:
                 out.append(ev)
             if self.park_idle_s > 0 and raw[0] in (FINISHED, ERROR):

@@ -47,12 +47,12 @@ def wait_for_setup(
         if timeout is not None:
             wait_s = min(wait_s, timeout - (time.monotonic() - start))
         if wait_s <= 0:
-            raise _timed_out(spec)
+            raise timed_out(spec)
         _ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
         if pending and (timeout is None or time.monotonic() - start < timeout):
             next_wait = WAITING_EVERY_S
-            _report_waiting(spec, len(refs) - len(pending), len(refs), on_waiting)
-    return _setup_results(refs)
+            report_waiting(spec, len(refs) - len(pending), len(refs), on_waiting)
+    return setup_results(refs)
 
 
 def waiting_message(
@@ -62,9 +62,15 @@ def waiting_message(
     free = ", ".join(f"{k}={v:g}" for k, v in sorted(available.items())) or "unknown"
     return (
         f"waiting for resources: {started} of {total} worker(s) started; requested "
-        f"{spec.num_workers} worker(s) x {dict(spec.resources_per_worker)} "
+        f"{_how_many(spec)} worker(s) x {dict(spec.resources_per_worker)} "
         f"(placement_strategy={spec.placement_strategy!r}); free in the cluster now: {free}"
     )
+
+
+def _how_many(spec: WorkerGroupSpec) -> str:
+    if spec.min_workers is None or spec.min_workers == spec.num_workers:
+        return str(spec.num_workers)
+    return f"{spec.min_workers} (min_workers) to {spec.num_workers}"
 
 
 def available_resources() -> dict[str, float]:
@@ -79,9 +85,10 @@ def available_resources() -> dict[str, float]:
         return {}
 
 
-def _report_waiting(
+def report_waiting(
     spec: WorkerGroupSpec, started: int, total: int, on_waiting: Callable[[str], None] | None
 ) -> None:
+    """Log the "waiting for resources" line and pass it to ``on_waiting``."""
     message = waiting_message(spec, started, total, available_resources())
     logger.info("%s", message)
     if on_waiting is not None:
@@ -91,15 +98,17 @@ def _report_waiting(
             logger.warning("on_waiting callback failed", exc_info=True)
 
 
-def _timed_out(spec: WorkerGroupSpec) -> WorkerGroupStartError:
+def timed_out(spec: WorkerGroupSpec) -> WorkerGroupStartError:
+    """The error for a start that did not finish within ``placement_timeout_s``."""
     return WorkerGroupStartError(
-        f"could not start {spec.num_workers} worker(s) with {spec.resources_per_worker} each "
+        f"could not start {_how_many(spec)} worker(s) with {spec.resources_per_worker} each "
         f"(placement_strategy={spec.placement_strategy!r}) within placement_timeout_s="
         f"{spec.placement_timeout_s}; cluster resources available now: {available_resources()}"
     )
 
 
-def _setup_results(refs: list[Any]) -> list[dict[str, Any]]:
+def setup_results(refs: list[Any]) -> list[dict[str, Any]]:
+    """Each actor's setup metadata; ``WorkerGroupStartError`` for one that failed."""
     metas: list[dict[str, Any]] = []
     for ref in refs:
         try:

@@ -169,41 +169,125 @@ class DefaultFailurePolicy(FailurePolicy):
 
 
 @dataclass(frozen=True)
+class GroupState:
+    """What a scaling policy knows about the worker group.
+
+    Attributes:
+        num_workers: Workers in the group now (0: no group runs).
+        min_workers: The fewest the job may run with.
+        max_workers: The most it may use.
+        resources_per_worker: Ray resources one worker needs.
+        preempted_ranks: Ranks under a preemption notice (they will go away).
+        lost_ranks: Ranks whose worker just failed and is not replaced yet.
+    """
+
+    num_workers: int
+    min_workers: int
+    max_workers: int
+    resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    preempted_ranks: tuple[int, ...] = ()
+    lost_ranks: tuple[int, ...] = ()
+
+    @property
+    def usable_workers(self) -> int:
+        """Workers that stay: neither lost nor preempted."""
+        return self.num_workers - len(set(self.preempted_ranks) | set(self.lost_ranks))
+
+
+@dataclass(frozen=True)
+class FreeResources:
+    """Free resources of the schedulable nodes (draining nodes left out).
+
+    Attributes:
+        per_node: Node id -> free amounts (``{"CPU": 2.0, "GPU": 1.0, ...}``).
+        draining: Draining node id -> deadline in ms (0: none); they take no new work.
+
+    Example:
+        >>> free = FreeResources({"a": {"CPU": 3}, "b": {"CPU": 1.5}})
+        >>> free.workers_that_fit({"CPU": 1})
+        4
+    """
+
+    per_node: dict[str, dict[str, float]] = field(default_factory=dict)
+    draining: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> dict[str, float]:
+        """Free amounts summed over the nodes."""
+        out: dict[str, float] = {}
+        for res in self.per_node.values():
+            for k, v in res.items():
+                out[k] = out.get(k, 0.0) + float(v)
+        return out
+
+    def workers_that_fit(self, resources_per_worker: dict[str, float]) -> int:
+        """How many more workers fit, node by node (a worker never spans nodes)."""
+        needs = {k: float(v) for k, v in resources_per_worker.items() if v > 0}
+        if not needs:
+            return 0
+        fit = 0
+        for res in self.per_node.values():
+            fit += max(
+                0, min(math.floor(float(res.get(k, 0.0)) / v + 1e-9) for k, v in needs.items())
+            )
+        return fit
+
+
+@dataclass(frozen=True)
 class NoopDecision:
-    """Keep the current group size."""
+    """Keep the group as it is.
+
+    Attributes:
+        reason: Why (for logs; may be empty).
+    """
+
+    reason: str = ""
 
 
 @dataclass(frozen=True)
 class ResizeDecision:
-    """(Re)start the group with ``num_workers`` workers."""
+    """Run the group with ``num_workers`` workers, none of them lost or preempted.
+
+    The owner removes the lost and preempted ranks (``WorkerGroup.remove_workers``) and
+    adds ``num_workers - usable`` new ones (``WorkerGroup.add_workers``), or removes
+    more when ``num_workers`` is below the usable count.
+
+    Attributes:
+        num_workers: The size to reach.
+        reason: Why, in one line (the console prints it).
+    """
 
     num_workers: int
+    reason: str = ""
 
 
 ScalingDecision = Union[NoopDecision, ResizeDecision]  # noqa: UP007 - runtime alias (py3.10)
 
 
 class ScalingPolicy(ABC):
-    """Decides the group size from the current size and the free cluster resources."""
+    """Decides the group size from the group's state and the cluster's free resources.
+
+    The owner asks at start, after a worker is lost or preempted, and every monitor
+    interval while the group runs. Subclass it for your own rule; a policy never does
+    I/O (``WorkerGroup.free_resources()`` reads the cluster).
+    """
 
     @abstractmethod
-    def make_decision(
-        self, current_workers: int | None, available: dict[str, float]
-    ) -> ScalingDecision:
+    def make_decision(self, group: GroupState, free: FreeResources) -> ScalingDecision:
         """Decide the size.
 
         Args:
-            current_workers: Size of the running group, ``None`` when none runs.
-            available: Free cluster resources (not counting the current group's).
+            group: The group now (``num_workers == 0`` before it starts).
+            free: Free resources of the schedulable nodes, not counting the group's own.
         """
 
 
 class FixedScalingPolicy(ScalingPolicy):
-    """Always ``num_workers`` workers.
+    """Always ``num_workers`` workers (lost or preempted ones are replaced).
 
     Example:
-        >>> FixedScalingPolicy(2).make_decision(None, {"CPU": 8})
-        ResizeDecision(num_workers=2)
+        >>> FixedScalingPolicy(2).make_decision(GroupState(0, 2, 2), FreeResources())
+        ResizeDecision(num_workers=2, reason='fixed size: 2 worker(s)')
     """
 
     def __init__(self, num_workers: int) -> None:
@@ -211,63 +295,60 @@ class FixedScalingPolicy(ScalingPolicy):
             raise RuntimeConfigError(f"num_workers={num_workers!r} is invalid: must be an int >= 1")
         self.num_workers = num_workers
 
-    def make_decision(
-        self, current_workers: int | None, available: dict[str, float]
-    ) -> ScalingDecision:
-        if current_workers == self.num_workers:
+    def make_decision(self, group: GroupState, free: FreeResources) -> ScalingDecision:
+        if group.usable_workers == self.num_workers == group.num_workers:
             return NoopDecision()
-        return ResizeDecision(self.num_workers)
+        return ResizeDecision(self.num_workers, f"fixed size: {self.num_workers} worker(s)")
 
 
-@dataclass
 class ElasticScalingPolicy(ScalingPolicy):
-    """Between ``min_workers`` and ``max_workers``, as many as the free resources allow.
+    """Between ``min_workers`` and ``max_workers``, as many as the free resources hold.
 
-    When fewer than ``min_workers`` fit, it still asks for ``min_workers`` (the group
-    waits for resources).
+    Lost and preempted ranks do not count as usable; their places are refilled when
+    capacity exists (a preempted node takes no new work, so its ranks move). When
+    fewer than ``min_workers`` fit, it still asks for ``min_workers``: the owner waits
+    for resources. It grows only by ``min_grow`` workers or more at a time (a resize
+    costs a restart from the latest checkpoint).
+
+    Args:
+        min_grow: Grow a running group only when at least this many more fit (>= 1).
 
     Example:
-        >>> p = ElasticScalingPolicy(1, 4, {"CPU": 2})
-        >>> p.make_decision(None, {"CPU": 5})
-        ResizeDecision(num_workers=2)
+        >>> p = ElasticScalingPolicy()
+        >>> state = GroupState(2, min_workers=2, max_workers=4)
+        >>> p.make_decision(state, FreeResources({"n2": {"CPU": 1}})).num_workers
+        3
     """
 
-    min_workers: int
-    max_workers: int
-    resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    def __init__(self, min_grow: int = 1) -> None:
+        if isinstance(min_grow, bool) or not isinstance(min_grow, int) or min_grow < 1:
+            raise RuntimeConfigError(f"min_grow={min_grow!r} is invalid: must be an int >= 1")
+        self.min_grow = min_grow
 
-    def __post_init__(self) -> None:
-        if (
-            isinstance(self.min_workers, bool)
-            or not isinstance(self.min_workers, int)
-            or self.min_workers < 1
-        ):
+    def make_decision(self, group: GroupState, free: FreeResources) -> ScalingDecision:
+        if not 1 <= group.min_workers <= group.max_workers:
             raise RuntimeConfigError(
-                f"min_workers={self.min_workers!r} is invalid: must be an int >= 1"
+                f"GroupState(min_workers={group.min_workers}, max_workers={group.max_workers}) "
+                "is invalid: need 1 <= min_workers <= max_workers"
             )
-        if not isinstance(self.max_workers, int) or self.max_workers < self.min_workers:
-            raise RuntimeConfigError(
-                f"max_workers={self.max_workers!r} is invalid: must be an int >= min_workers ({self.min_workers})"
+        usable = group.usable_workers
+        fit = free.workers_that_fit(group.resources_per_worker)
+        target = max(group.min_workers, min(group.max_workers, usable + fit))
+        gone = sorted(set(group.preempted_ranks) | set(group.lost_ranks))
+        if not gone:
+            if target == group.num_workers:
+                return NoopDecision(f"{group.num_workers} worker(s); {fit} more fit")
+            if 0 < group.num_workers < target < group.num_workers + self.min_grow:
+                return NoopDecision(f"only {fit} more fit; min_grow={self.min_grow}")
+        if usable + fit < group.min_workers:
+            why = (
+                f"below min_workers={group.min_workers}: {usable} usable, room for {fit} more; "
+                "waiting for resources"
             )
-        if not any(v > 0 for v in self.resources_per_worker.values()):
-            raise RuntimeConfigError(
-                f"resources_per_worker={self.resources_per_worker!r} is invalid: need one amount > 0"
-            )
-
-    def fits(self, available: dict[str, float]) -> int:
-        """How many more workers the free resources hold."""
-        counts = [
-            math.floor(float(available.get(k, 0.0)) / v + 1e-9)
-            for k, v in self.resources_per_worker.items()
-            if v > 0
-        ]
-        return max(0, min(counts))
-
-    def make_decision(
-        self, current_workers: int | None, available: dict[str, float]
-    ) -> ScalingDecision:
-        target = (current_workers or 0) + self.fits(available)
-        target = max(self.min_workers, min(self.max_workers, target))
-        if current_workers == target:
-            return NoopDecision()
-        return ResizeDecision(target)
+        elif group.num_workers == 0:
+            why = f"start: {fit} worker(s) fit, max_workers={group.max_workers}"
+        elif gone:
+            why = f"rank(s) {gone} lost or preempted; {usable} remain and {fit} more fit"
+        else:
+            why = f"{fit} more worker(s) fit (max_workers={group.max_workers})"
+        return ResizeDecision(target, f"{group.num_workers} -> {target} worker(s): {why}")

@@ -12,6 +12,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from lumos.runtime._internal.events import Event
+from lumos.runtime._internal.policies import FreeResources, GroupState
+from lumos.runtime._internal.preemption import PreemptionInfo
+from lumos.runtime._internal.resize import ResizeResult
 from lumos.runtime._internal.session import WorkerInfo
 from lumos.runtime._internal.spec import WorkerGroupSpec
 
@@ -50,6 +53,26 @@ class WorkerGroupProtocol(Protocol):
         """Replace dead ``ranks``; returns the ranks a standby worker took over."""
         ...
 
+    def remove_workers(self, ranks: list[int]) -> ResizeResult:
+        """Elastic shrink: drop ``ranks``, re-number the survivors (processes kept)."""
+        ...
+
+    def add_workers(self, count: int, timeout_s: float = 0.0) -> ResizeResult:
+        """Elastic grow: add up to ``count`` workers placed within ``timeout_s``."""
+        ...
+
+    def free_resources(self) -> FreeResources:
+        """Free resources of the cluster's schedulable nodes (for a ``ScalingPolicy``)."""
+        ...
+
+    def scaling_state(self, lost_ranks: list[int] | None = None) -> GroupState:
+        """The group as a ``ScalingPolicy`` sees it."""
+        ...
+
+    def preemption_info(self) -> PreemptionInfo | None:
+        """The group's current preemption notice, or ``None``."""
+        ...
+
     def shutdown(self, grace_period_s: float = 5.0) -> None:
         """Stop every worker and release its resources."""
         ...
@@ -70,8 +93,8 @@ class GroupFactory(Protocol):
 class WorkerPoolProtocol(Protocol):
     """Independent, reusable workers, each running one function at a time."""
 
-    def add_worker(self) -> int:
-        """Create a worker; returns its id."""
+    def add_worker(self, resources: dict[str, float] | None = None) -> int:
+        """Create a worker with ``resources`` (``None``: the pool's); returns its id."""
         ...
 
     def ready(self, worker_id: int) -> bool:

@@ -15,12 +15,15 @@ from typing import Any, Protocol
 
 from lumos.runtime._internal.current import CurrentSlot
 from lumos.runtime._internal.errors import StopRequested
+from lumos.runtime._internal.preemption import PreemptionBox, PreemptionInfo
 
 # Raw event kinds as they travel from worker to owner (tuples are cheap to pickle).
 REPORT = "R"
 FINISHED = "F"
 ERROR = "E"
 COLLECTIVE = "C"
+PREEMPT = "P"
+"""A SIGTERM of the worker process: data is ``(deadline_ms, reason)``."""
 
 RawEvent = tuple[str, int, Any]
 """(kind, seq, data); seq is the report index for REPORT, else -1."""
@@ -113,8 +116,10 @@ class WorkerSession:
         info: WorkerInfo | None,
         session_info: dict[str, Any] | None,
         outbox: Outbox,
+        preemption: PreemptionBox | None = None,
     ) -> None:
         self.info = info
+        self._preemption = preemption if preemption is not None else PreemptionBox()
         self.session_info: dict[str, Any] = dict(session_info or {})
         self._outbox = outbox
         self._report_seq = 0
@@ -161,6 +166,21 @@ class WorkerSession:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"nothing received within {timeout_s} s")
                 self._cond.wait(remaining)
+
+    def preemption_info(self) -> PreemptionInfo | None:
+        """The imminent preemption of some of the group's workers, or ``None``.
+
+        Set when Ray marks a node of the group as draining or a worker process gets
+        SIGTERM; every rank sees the group's merged notice (ranks per node, earliest
+        deadline), so the function can save a checkpoint before ``deadline_ms``. Ranks
+        learn of it at slightly different moments: agree on the step to act on (e.g.
+        through the owner) when every rank must act at the same step.
+
+        Example:
+            >>> info = worker.get_session().preemption_info()
+            >>> if info is not None and rank in info.preempted_ranks: ...
+        """
+        return self._preemption.get()
 
     @property
     def stop_requested(self) -> bool:

@@ -14,7 +14,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from lumos.runtime._internal.actor_factory import kill_quietly, new_worker_actor
 from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import LumosRuntimeError, RuntimeConfigError
-from lumos.runtime._internal.events import Event, WorkerDiedEvent
+from lumos.runtime._internal.events import Event, FinishedEvent, ReportEvent, WorkerDiedEvent
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
 from lumos.runtime._internal.pg_owner import actor_id_of, remove_placement_groups_of
 from lumos.runtime._internal.placement import actor_options
@@ -38,6 +38,7 @@ class _PoolWorker:
     seq: int = 0
     actor_id: str | None = None
     fn_key: str | None = None  # the function this worker was last sent
+    fn_loaded: bool = False  # it reported or finished running ``fn_key``: the actor caches it
 
 
 class WorkerPool(ShutsDownOnExit):
@@ -88,17 +89,27 @@ class WorkerPool(ShutsDownOnExit):
         self._seq_lock = threading.Lock()
         self._closed = False
 
-    def add_worker(self) -> int:
+    def add_worker(self, resources: dict[str, float] | None = None) -> int:
         """Create one worker actor (placement by Ray; it may wait for resources).
+
+        Args:
+            resources: This worker's Ray resources (e.g. a Tune trial's own shape);
+                ``None``: the pool's ``resources_per_worker``.
 
         Returns:
             The worker id (used as ``rank`` in its events).
+
+        Raises:
+            RuntimeConfigError: ``resources`` is not a valid resource dict.
         """
         self._check_open()
+        if resources is not None:
+            validate_resources(resources, "add_worker(resources)", allow_zero=True)
         ensure_ray()
         wid = self._next_id
         self._next_id += 1
-        actor = new_worker_actor(actor_options(self.resources_per_worker))
+        shape = self.resources_per_worker if resources is None else resources
+        actor = new_worker_actor(actor_options(shape))
         self._workers[wid] = _PoolWorker(
             actor, actor.setup.remote(self.env_vars or None), actor_id=actor_id_of(actor)
         )
@@ -144,16 +155,27 @@ class WorkerPool(ShutsDownOnExit):
             cached = (fn, ray.put(fn), f"pool{id(self)}:{len(self._fn_cache)}:{id(fn)}")
             self._fn_cache[id(fn)] = cached
         _, fn_ref, fn_key = cached
-        fn_box, args_box = [fn_ref], [(tuple(args), dict(kwargs or {}))]
+        args_box = [(tuple(args), dict(kwargs or {}))]
         if w.fn_key == fn_key and self._mux.parked(worker_id):
             # The worker has the function and no poll outstanding: the launch call
-            # returns the first events itself.
-            ref = w.actor.launch_poll.remote(
-                self._next_seq(w), fn_key, fn_box, args_box, session_info, self._mux.max_wait_s
+            # returns the first events itself. Once the actor ran the function it has it
+            # cached under ``fn_key``: the reference is not sent again (an ObjectRef in
+            # the arguments makes every launch a borrow, the costliest part of the call).
+            fn_box = [None] if w.fn_loaded else [fn_ref]
+            packed = (
+                self._next_seq(w),
+                fn_key,
+                fn_box,
+                args_box,
+                session_info,
+                self._mux.max_wait_s,
             )
+            ref = w.actor.launch_poll_packed.remote(packed)
             self._mux.adopt(worker_id, ref)
             return
         w.fn_key = fn_key
+        w.fn_loaded = False
+        fn_box = [fn_ref]
         self._mux.unpark(worker_id)
         w.actor.launch.remote(self._next_seq(w), fn_key, fn_box, args_box, None, None, session_info)
 
@@ -178,7 +200,15 @@ class WorkerPool(ShutsDownOnExit):
             events = events + self._backlog
             self._backlog = []
         self._reap(events)
+        self._note_loaded(events)
         return events
+
+    def _note_loaded(self, events: list[Event]) -> None:
+        for e in events:
+            if isinstance(e, (ReportEvent, FinishedEvent)):
+                w = self._workers.get(e.rank)
+                if w is not None:
+                    w.fn_loaded = True
 
     def send(self, worker_id: int, value: Any) -> None:
         """Deliver ``value`` to the worker's inbox (``session.receive()``), in order."""
