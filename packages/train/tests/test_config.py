@@ -30,8 +30,8 @@ def test_defaults() -> None:
     ("make", "words"),
     [
         (
-            lambda: train.ScalingConfig(num_workers=0),
-            ["num_workers", "0", "greater than or equal to 1"],
+            lambda: train.ScalingConfig(num_workers=-1),
+            ["num_workers", "-1", "int >= 1", "0 (local mode"],
         ),
         (
             lambda: train.ScalingConfig(placement_strategy="ROUND"),

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import train_fns
-from conftest import HERE, leaked, run_config
+from conftest import run_config
+from drivers import kill_driver, start_driver, wait_for_state
 
 from lumos import train
 from lumos.storage import RunStorage
@@ -133,14 +128,6 @@ def test_different_checkpoint_dir_names_across_ranks(tmp_path: Path) -> None:
 
 
 DRIVER = """
-import sys
-sys.path.insert(0, {tests!r})
-import ray
-from ray import cloudpickle
-import train_fns
-cloudpickle.register_pickle_by_value(train_fns)
-ray.init(address={address!r}, log_to_driver=False)
-from lumos import train
 train.DataParallelTrainer(
     train_fns.checkpointing_loop,
     train_loop_config={{"steps": 40, "hold": {{"step": 3, "until": {hold!r}}}}},
@@ -151,37 +138,14 @@ train.DataParallelTrainer(
 
 
 def test_job_level_restore_after_the_driver_is_sigkilled(tmp_path: Path, ray_cluster: str) -> None:
-    script = tmp_path / "driver.py"
-    script.write_text(
-        textwrap.dedent(
-            DRIVER.format(
-                tests=str(HERE),
-                address=ray_cluster,
-                path=str(tmp_path),
-                hold=str(tmp_path / "never-created"),
-            )
-        )
-    )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL)
+    hold = str(tmp_path / "never-created")
+    body = DRIVER.format(path=str(tmp_path), hold=hold)
+    proc = start_driver(tmp_path, ray_cluster, "train_fns", body)
     storage = RunStorage(tmp_path, "driver-kill")
     try:
-        deadline = time.monotonic() + 180
-        while True:  # the driver lives in another process: poll its stored state
-            assert proc.poll() is None, "the driver exited before it was killed"
-            state = storage.load_state() if storage.exists() else None
-            latest = state.latest() if state else None
-            if latest is not None and latest.report_index >= 2:
-                break
-            assert time.monotonic() < deadline, "the run made no progress"
-            time.sleep(0.2)
+        wait_for_state(proc, storage, lambda s: len(s.checkpoints) >= 3, "a commit of report #2")
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    # Ray kills the dead driver's workers; wait for that before resuming
-    deadline = time.monotonic() + 60
-    while any(leaked()):
-        assert time.monotonic() < deadline, f"orphans of the killed driver: {leaked()}"
-        time.sleep(0.2)
+        kill_driver(proc)
     state = storage.load_state()
     assert state is not None
     assert state.status == "running"

@@ -21,11 +21,14 @@ from lumos.runtime import lazy_attributes
 from lumos.train._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from lumos.runtime import PreemptionInfo as PreemptionInfo
     from lumos.storage import Checkpoint as Checkpoint, CheckpointConfig as CheckpointConfig
     from lumos.train._internal.api import (
         get_all_reported_checkpoints as get_all_reported_checkpoints,
         get_checkpoint as get_checkpoint,
         get_context as get_context,
+        get_dataset_shard as get_dataset_shard,
+        get_preemption_info as get_preemption_info,
         report as report,
     )
     from lumos.train._internal.callback import Callback as Callback
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
         RunConfig as RunConfig,
         ScalingConfig as ScalingConfig,
     )
+    from lumos.train._internal.data_config import DataConfig as DataConfig
     from lumos.train._internal.errors import (
         CheckpointReportError as CheckpointReportError,
         NotInTrainingFunctionError as NotInTrainingFunctionError,
@@ -41,6 +45,13 @@ if TYPE_CHECKING:
         TrainError as TrainError,
         TrainingFailedError as TrainingFailedError,
         TrainTypeError as TrainTypeError,
+    )
+    from lumos.train._internal.health import (
+        HealthReport as HealthReport,
+        MetricSpike as MetricSpike,
+        NonFiniteMetric as NonFiniteMetric,
+        Rollback as Rollback,
+        RollbackInfo as RollbackInfo,
     )
     from lumos.train._internal.report_config import (
         CheckpointConsistencyMode as CheckpointConsistencyMode,
@@ -51,12 +62,20 @@ if TYPE_CHECKING:
     from lumos.train._internal.result import Result as Result
     from lumos.train._internal.session import TrainContext as TrainContext
     from lumos.train._internal.trainer import DataParallelTrainer as DataParallelTrainer
+    from lumos.train._internal.validation import (
+        ValidationConfig as ValidationConfig,
+        ValidationTaskConfig as ValidationTaskConfig,
+    )
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "lumos.storage",
     "get_all_reported_checkpoints": "lumos.train._internal.api",
     "get_checkpoint": "lumos.train._internal.api",
     "get_context": "lumos.train._internal.api",
+    "get_preemption_info": "lumos.train._internal.api",
+    "PreemptionInfo": "lumos.runtime",
+    "get_dataset_shard": "lumos.train._internal.api",
+    "DataConfig": "lumos.train._internal.data_config",
     "report": "lumos.train._internal.api",
     "Callback": "lumos.train._internal.callback",
     "CheckpointConfig": "lumos.storage",
@@ -76,6 +95,13 @@ _LAZY: dict[str, str] = {
     "Result": "lumos.train._internal.result",
     "TrainContext": "lumos.train._internal.session",
     "DataParallelTrainer": "lumos.train._internal.trainer",
+    "HealthReport": "lumos.train._internal.health",
+    "MetricSpike": "lumos.train._internal.health",
+    "NonFiniteMetric": "lumos.train._internal.health",
+    "Rollback": "lumos.train._internal.health",
+    "RollbackInfo": "lumos.train._internal.health",
+    "ValidationConfig": "lumos.train._internal.validation",
+    "ValidationTaskConfig": "lumos.train._internal.validation",
 }
 
 __getattr__, __dir__, __all__ = lazy_attributes(

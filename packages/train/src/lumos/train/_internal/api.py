@@ -12,8 +12,10 @@ from lumos.train._internal.report_config import (
     ReportedCheckpoint,
 )
 from lumos.train._internal.session import TrainContext, current_session
+from lumos.train._internal.validation import ValidationTaskConfig, report_validation_arg
 
 if TYPE_CHECKING:
+    from lumos.runtime import PreemptionInfo
     from lumos.storage import Checkpoint
 
 
@@ -24,6 +26,7 @@ def report(
     checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
     delete_local_checkpoint_after_upload: bool | None = None,
     checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    validation: bool | ValidationTaskConfig = False,
 ) -> None:
     """Report metrics, and optionally a checkpoint, from every worker.
 
@@ -54,6 +57,11 @@ def report(
         checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` uploads in
             place of lumos (SYNC or ASYNC); the returned checkpoint must be the run's
             ``<run>/<dir_name>`` directory. Your function owns the local files.
+        validation: ``True`` runs the trainer's ``ValidationConfig`` function on this
+            report's checkpoint once it is committed, as its own Ray task, while
+            training goes on; a ``train.ValidationTaskConfig`` also overrides its
+            ``fn_kwargs`` / ``timeout_s`` for this report. Ignored when no rank passes
+            a checkpoint.
 
     Raises:
         NotInTrainingFunctionError: called outside a training function (a
@@ -61,6 +69,8 @@ def report(
         CheckpointReportError: ``checkpoint_dir_name`` is already used in this run,
             or a NO_UPLOAD / ``checkpoint_upload_fn`` checkpoint is not in the run's
             storage (a ``ValueError``).
+        TrainConfigError: ``validation`` is asked for but the trainer has no
+            ``validation_config`` (a ``ValueError``).
         TrainTypeError: ``metrics`` is not a dict, holds a torch tensor or a value
             JSON cannot store (the message names the key); a ``TypeError``.
 
@@ -77,7 +87,8 @@ def report(
         delete_local_checkpoint_after_upload,
         checkpoint_upload_fn,
     )
-    session.report(metrics, checkpoint, checkpoint_dir_name, mode, delete, upload_fn)
+    request = report_validation_arg(validation)
+    session.report(metrics, checkpoint, checkpoint_dir_name, mode, delete, upload_fn, request)
 
 
 def get_all_reported_checkpoints(
@@ -89,7 +100,10 @@ def get_all_reported_checkpoints(
     Waits until the checkpoint this rank passed in its latest ``train.report()`` with a
     checkpoint is committed (an ASYNC upload may still run); a rank that passed none
     does not wait and sees the commits so far. Checkpoints that retention deleted are
-    not listed. ``VALIDATED`` waits for the commit too (lumos runs no validation yet).
+    not listed, nor are checkpoints a health check rolled back. ``VALIDATED`` also waits
+    until the validation this rank's latest report asked for (if any) has ended; each
+    checkpoint's ``status`` says where its validation stands, and a validation's
+    metrics are merged into ``metrics``.
 
     Args:
         consistency_mode: ``train.CheckpointConsistencyMode`` COMMITTED or VALIDATED.
@@ -118,6 +132,52 @@ def get_checkpoint() -> Checkpoint | None:
         ...         model.load_state_dict(torch.load(f"{d}/model.pt"))
     """
     return current_session("get_checkpoint").checkpoint
+
+
+def get_dataset_shard(dataset_name: str | None = None) -> Any:
+    """This worker's part of the trainer's dataset ``dataset_name`` (a ``ray.data.DataIterator``).
+
+    A dataset that ``DataConfig(datasets_to_split=...)`` splits (all, by default) is
+    divided across the workers in equal shares; any other is given whole to every
+    worker. Each ``iter_torch_batches()`` / ``iter_batches()`` loop over the shard is
+    one epoch. The shards are rebuilt for the group's world size at every start of
+    the group (restart after a failure, job-level restore).
+
+    Args:
+        dataset_name: A key of the trainer's ``datasets=``; may be left out when it
+            has only one.
+
+    Raises:
+        KeyError: the trainer has no dataset of that name (the message lists them).
+
+    Example:
+        >>> shard = train.get_dataset_shard("train")  # doctest: +SKIP
+        >>> for epoch in range(2):
+        ...     for batch in shard.iter_torch_batches(batch_size=1024):
+        ...         ...
+    """
+    from lumos.train._internal.datasets import dataset_shard
+
+    return dataset_shard(current_session("get_dataset_shard").dataset_shards, dataset_name)
+
+
+def get_preemption_info() -> PreemptionInfo | None:
+    """An imminent preemption of some of the run's workers, or ``None``.
+
+    Set when Ray marks a node of the run as draining (the autoscaler, a spot
+    termination notice, ``ray drain-node``) or a worker process gets SIGTERM. Save a
+    checkpoint before ``deadline_ms``: right after it commits, the affected ranks
+    move (an elastic run drops them or refills elsewhere; a fixed-size run starts
+    anew off the draining nodes) and training resumes from it, with no reported step
+    lost. Ray Train's ``PreemptionInfo``: ``deadline_ms`` (UNIX ms, or ``None``) and
+    ``preempted_node_to_ranks``.
+
+    Example:
+        >>> info = train.get_preemption_info()  # doctest: +SKIP
+        >>> if info is not None:  # checkpoint now, then keep going
+        ...     train.report(metrics, checkpoint=save(), checkpoint_dir_name=f"step={step}")
+    """
+    return current_session("get_preemption_info").runtime.preemption_info()
 
 
 def get_context() -> TrainContext:

@@ -26,3 +26,10 @@ class Backend:
             Hooks that run in every worker's training thread, or ``None``.
         """
         return None
+
+    def shutdown(self) -> None:
+        """Called once when ``fit()`` ends: drop what the launches held."""
+
+    def process_group_backend(self) -> str:
+        """The ``torch.distributed`` backend local mode joins under torchrun (gloo here)."""
+        return "gloo"

@@ -6,15 +6,24 @@ value and what is allowed.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import math
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from lumos.runtime import (
     FailureConfig as BaseFailureConfig,
     PlacementStrategy,
     RunConfig as BaseRunConfig,
     validate_resources,
+    validate_runtime_env,
 )
 from lumos.train._internal.callback import Callback
 
@@ -27,7 +36,13 @@ class ScalingConfig(_Config):
     """How many workers to run and what each one needs.
 
     Args:
-        num_workers: number of training workers (one process each), at least 1.
+        num_workers: number of training workers (one Ray actor each). ``0`` runs
+            the training function in the calling process, without Ray (local mode:
+            step through it in a debugger; under ``torchrun`` each process is one
+            rank). A ``(min_workers, max_workers)`` tuple, ``1 <= min <= max``, asks
+            for elastic training (``(n, n)`` is the same as ``n``).
+        elastic_resize_monitor_interval_s: with elastic ``num_workers``, how often
+            (seconds, > 0) to consider resizing the group. Default 60, as in Ray.
         use_gpu: give each worker one GPU (``resources_per_worker["GPU"]``
             defaults to 1) and use NCCL in ``TorchTrainer``.
         resources_per_worker: Ray resources per worker, e.g.
@@ -36,16 +51,75 @@ class ScalingConfig(_Config):
         placement_strategy: Ray placement-group strategy for the workers:
             ``"PACK"`` (default), ``"SPREAD"``, ``"STRICT_PACK"`` or
             ``"STRICT_SPREAD"``.
+        trainer_resources: not supported: lumos runs the controller in the process
+            that calls ``fit()``, not in a trainer actor, so there is nothing to
+            reserve resources for. Passing it raises an error that says so.
 
     Example:
         >>> ScalingConfig(num_workers=4, use_gpu=True).worker_resources()
         {'CPU': 1.0, 'GPU': 1.0}
     """
 
-    num_workers: int = Field(default=1, ge=1)
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     placement_strategy: PlacementStrategy = "PACK"
+    elastic_resize_monitor_interval_s: float = 60.0
+    trainer_resources: None = None
+
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _check_num_workers(cls, value: Any) -> int | tuple[int, int]:
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if is_int(value):
+            if value < 0:
+                raise ValueError(
+                    f"num_workers={value!r} is invalid: use an int >= 1 (Ray workers), 0 "
+                    "(local mode: run in this process) or a (min, max) tuple for elastic training"
+                )
+            return int(value)
+        if isinstance(value, tuple | list) and len(value) == 2 and all(map(is_int, value)):
+            low, high = int(value[0]), int(value[1])
+            if not 1 <= low <= high:
+                raise ValueError(
+                    f"num_workers={tuple(value)!r} is invalid: an elastic (min_workers, "
+                    "max_workers) needs 1 <= min_workers <= max_workers (got "
+                    f"min_workers={low}, max_workers={high}); use num_workers=0 for local mode"
+                )
+            return (low, high)
+        raise ValueError(
+            f"num_workers={value!r} is invalid: must be an int >= 0 or a (min_workers, "
+            "max_workers) tuple of two ints"
+        )
+
+    @field_validator("elastic_resize_monitor_interval_s", mode="before")
+    @classmethod
+    def _check_interval(cls, value: Any) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(
+                f"elastic_resize_monitor_interval_s={value!r} is invalid: must be a "
+                "number of seconds > 0 (default 60)"
+            )
+        return float(value)
+
+    @field_validator("trainer_resources", mode="before")
+    @classmethod
+    def _refuse_trainer_resources(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                f"trainer_resources={value!r} is not supported: lumos runs the training "
+                "controller in the process that calls fit() (the driver), not in a Ray "
+                "trainer actor, so there is nothing to reserve; remove trainer_resources "
+                "and use resources_per_worker for the workers"
+            )
+        return None
 
     @field_validator("resources_per_worker")
     @classmethod
@@ -63,6 +137,28 @@ class ScalingConfig(_Config):
                 "set ScalingConfig(use_gpu=True) to train on GPUs"
             )
         return self
+
+    @property
+    def min_workers(self) -> int:
+        """The smallest group size: ``num_workers``, or the tuple's first value."""
+        n = self.num_workers
+        return n if isinstance(n, int) else n[0]
+
+    @property
+    def max_workers(self) -> int:
+        """The largest group size: ``num_workers``, or the tuple's second value."""
+        n = self.num_workers
+        return n if isinstance(n, int) else n[1]
+
+    @property
+    def elasticity_enabled(self) -> bool:
+        """True when ``num_workers`` is a ``(min, max)`` tuple with ``min < max``."""
+        return self.min_workers < self.max_workers
+
+    @property
+    def local_mode(self) -> bool:
+        """True for ``num_workers=0``: the function runs in the calling process."""
+        return self.num_workers == 0
 
     def worker_resources(self) -> dict[str, float]:
         """The Ray resources one worker reserves."""
@@ -96,6 +192,14 @@ class FailureConfig(BaseFailureConfig):
             costs one idle process. ``False`` turns it off.
         health_check_timeout_s: a worker that does not answer for this long
             counts as failed (hung).
+        max_rollbacks: how many times ``RunConfig(health_checks=...)`` may roll the
+            run back to an earlier checkpoint in one ``fit()`` (default 3; ``-1``:
+            unlimited; ``0``: a firing check fails the run). Separate from
+            ``max_failures``: a rollback is not a failure.
+        max_preemption_failures: how many times ranks under a preemption notice (a
+            draining node, a SIGTERM to a worker) may be lost before they could move
+            (``-1``, default: unlimited, as in Ray). Separate from ``max_failures``: a
+            preemption is not a failure; a rank that moves in time uses neither.
 
     Example:
         >>> FailureConfig(max_failures=3).max_failures
@@ -104,6 +208,22 @@ class FailureConfig(BaseFailureConfig):
 
     restart_strategy: Literal["replace_failed", "full_group"] = "replace_failed"
     standby_worker: bool = True
+    max_rollbacks: int = 3
+    max_preemption_failures: int = -1
+
+    @field_validator("max_rollbacks", "max_preemption_failures", mode="before")
+    @classmethod
+    def _check_budget(cls, value: Any, info: ValidationInfo) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            zero = {
+                "max_rollbacks": "a firing health check fails the run",
+                "max_preemption_failures": "a preempted rank lost before it moved fails the run",
+            }[str(info.field_name)]
+            raise ValueError(
+                f"{info.field_name}={value!r} is invalid: use -1 (unlimited), 0 ({zero}) "
+                "or a positive number"
+            )
+        return value
 
 
 class RunConfig(BaseRunConfig):
@@ -127,6 +247,17 @@ class RunConfig(BaseRunConfig):
         callbacks: ``train.Callback`` objects; they run in the driver.
         verbose: print concise state lines to stderr: ``1`` or ``True``
             (default), ``0`` or ``False`` silences them; ``2`` is accepted too.
+        worker_runtime_env: Ray ``runtime_env`` dict of the training worker actors
+            (and their standby): ``env_vars``, ``working_dir``, ``pip`` (where the
+            cluster can install packages), ``py_modules``, ... (Ray's keys; an
+            unknown key is an error). Default ``None``: the driver's job environment.
+            Ignored in local mode (``num_workers=0``), which runs in this process.
+        health_checks: checks run in the driver on each of rank 0's reports and on
+            each validation result: ``train.NonFiniteMetric("loss")``,
+            ``train.MetricSpike("loss", factor=3, window=10)`` or any
+            ``fn(report, history) -> train.Rollback | None``. One that returns a
+            ``Rollback`` rolls training back to an earlier checkpoint (see the README's
+            health section); ``FailureConfig(max_rollbacks)`` bounds how often.
 
     Example:
         >>> RunConfig(name="run-42", storage_path="/tmp/runs",
@@ -138,3 +269,19 @@ class RunConfig(BaseRunConfig):
 
     failure_config: FailureConfig = Field(default_factory=FailureConfig)
     callbacks: list[Callback] = Field(default_factory=list)
+    worker_runtime_env: dict[str, Any] | None = None
+    health_checks: list[Any] = Field(default_factory=list)
+
+    @field_validator("health_checks", mode="before")
+    @classmethod
+    def _check_health_checks(cls, value: Any) -> list[Any]:
+        from lumos.train._internal.health import validate_health_checks
+
+        return validate_health_checks(value)
+
+    @field_validator("worker_runtime_env", mode="before")
+    @classmethod
+    def _check_runtime_env(cls, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        return validate_runtime_env(value, "worker_runtime_env")

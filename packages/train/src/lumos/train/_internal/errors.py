@@ -83,3 +83,8 @@ class TrainingFailedError(TrainError):
             text = str(err).rstrip() or type(err).__name__
             parts.append(f"--- rank {rank}: {text}")
         return "\n".join(parts)
+
+
+class DriverTerminated(KeyboardInterrupt):
+    """SIGTERM reached the driver during ``fit()``: the run stops as on Ctrl-C, then
+    ``fit()`` exits the process with status 143 (not public: it never escapes ``fit``)."""

@@ -46,8 +46,8 @@ class CheckpointConsistencyMode(Enum):
 
     Members:
         COMMITTED: until the checkpoint of this rank's latest ``report()`` is committed.
-        VALIDATED: until it is validated. lumos runs no checkpoint validation yet, so
-            this waits for the commit too (the same as COMMITTED).
+        VALIDATED: until it is committed and the validation it asked for (if any,
+            ``train.report(..., validation=True)``) ended.
 
     Example:
         >>> CheckpointConsistencyMode("COMMITTED") is CheckpointConsistencyMode.COMMITTED
@@ -61,8 +61,10 @@ class CheckpointConsistencyMode(Enum):
 class ReportedCheckpointStatus(Enum):
     """The state of a reported checkpoint (Ray's members).
 
-    lumos produces only ``COMMITTED`` until checkpoint validation lands; the other
-    members exist so that code written for Ray compares against them unchanged.
+    ``COMMITTED``: no validation was asked for; ``PENDING_VALIDATION``: it runs or
+    waits to run; ``VALIDATED``: its metrics are merged into the checkpoint's;
+    ``VALIDATION_TIMEOUT`` / ``VALIDATION_FAILED``: it exceeded its ``timeout_s`` or
+    raised (training went on).
 
     Example:
         >>> ReportedCheckpointStatus.COMMITTED.value
@@ -82,8 +84,9 @@ class ReportedCheckpoint:
 
     Attributes:
         checkpoint: The checkpoint in the run's storage.
-        metrics: Rank 0's metrics of the report that carried it.
-        status: Always ``ReportedCheckpointStatus.COMMITTED`` for now.
+        metrics: Rank 0's metrics of the report that carried it, with its
+            validation's metrics merged in.
+        status: Where the checkpoint's validation stands (``ReportedCheckpointStatus``).
 
     Example:
         >>> for rc in train.get_all_reported_checkpoints():  # doctest: +SKIP

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from lumos.runtime import CurrentSlot, StopRequested
 from lumos.train._internal import wire
-from lumos.train._internal.errors import CheckpointReportError, TrainTypeError
+from lumos.train._internal.data_positions import LoaderPositions
+from lumos.train._internal.errors import CheckpointReportError, TrainConfigError, TrainTypeError
 from lumos.train._internal.metrics_check import check_metrics
 from lumos.train._internal.report_config import (
     CheckpointConsistencyMode,
@@ -41,6 +42,15 @@ if TYPE_CHECKING:
     from lumos.runtime.worker import WorkerSession
     from lumos.storage import Checkpoint, RunStorage
     from lumos.train._internal.session import TrainContext, WorkerRunArgs
+
+_STATUS = {
+    None: ReportedCheckpointStatus.COMMITTED,
+    "pending": ReportedCheckpointStatus.PENDING_VALIDATION,
+    "validated": ReportedCheckpointStatus.VALIDATED,
+    "timeout": ReportedCheckpointStatus.VALIDATION_TIMEOUT,
+    "failed": ReportedCheckpointStatus.VALIDATION_FAILED,
+}
+"""``ReportedCheckpoint.status`` of a stored ``CheckpointRecord.validation_status``."""
 
 CURRENT: CurrentSlot[TrainSession] = CurrentSlot()
 """The training session of the calling thread (the user thread and the upload thread)."""
@@ -73,7 +83,17 @@ class TrainSession:
         self._committed = set(args.committed_names)
         self._used: set[str] = set()  # names this rank passed in this attempt
         self._last_checkpoint_index = -1  # this rank's latest report with a checkpoint
+        self._last_validation_index = -1  # ... and the latest that asked for a validation
+        self._validated: set[int] = set()  # validation notices since then
         self._uploader: Uploader | None = None
+        self.dataset_shards: dict[str, Any] = {}  # train.get_dataset_shard (datasets.py)
+        # the data loaders of prepare_data_loader: positions sent with every report
+        self.positions = LoaderPositions(
+            context.get_storage,
+            args.checkpoint_dir_name,
+            context.get_world_rank(),
+            context.get_world_size(),
+        )
 
     # -- commit notices -----------------------------------------------------------------
     def _drain(self) -> None:
@@ -87,8 +107,13 @@ class TrainSession:
 
     def _note(self, value: Any) -> int:
         notice = wire.decode_commit(value)
-        if notice is None:  # pragma: no cover - protocol bug
-            raise RuntimeError(f"lumos.train: unexpected message {value!r} from the driver")
+        if notice is None:
+            validated = wire.decode_validated(value)
+            if validated is None:  # pragma: no cover - protocol bug
+                raise RuntimeError(f"lumos.train: unexpected message {value!r} from the driver")
+            if validated[0] >= self._last_validation_index:
+                self._validated.add(validated[0])
+            return -1
         index, dir_name = notice
         self._committed.add(dir_name)
         if index > self._latest_index:
@@ -118,13 +143,17 @@ class TrainSession:
             )
         self._drain()
         self._wait_committed(self._last_checkpoint_index, timeout_s)
-        state = self.context.get_storage().load_state()
+        if mode is CheckpointConsistencyMode.VALIDATED:
+            wanted = self._last_validation_index
+            while wanted >= 0 and wanted not in self._validated:
+                self._note(self.runtime.receive(timeout_s))
         storage = self.context.get_storage()
+        state = storage.load_state()
         return [
             ReportedCheckpoint(
-                storage.checkpoint(r.dir_name), dict(r.metrics), ReportedCheckpointStatus.COMMITTED
+                storage.checkpoint(r.dir_name), dict(r.metrics), _STATUS[r.validation_status]
             )
-            for r in (state.checkpoints if state is not None else [])
+            for r in (state.live_checkpoints() if state is not None else [])
         ]
 
     # -- train.report -------------------------------------------------------------------
@@ -136,10 +165,17 @@ class TrainSession:
         mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
         delete_local: bool | None = None,
         upload_fn: UploadFn | None = None,
+        validation: dict[str, Any] | None = None,
     ) -> None:
         # a stop requested by the driver (restart, parent job, Ctrl-C) ends the function here
         self.runtime.raise_if_stop_requested()
         check_metrics(metrics)
+        if validation is not None and not self.args.has_validation:
+            raise TrainConfigError(
+                "train.report(validation=...) asks for a validation of the checkpoint, but "
+                "the trainer has no validation function; pass "
+                "TorchTrainer(..., validation_config=train.ValidationConfig(fn))"
+            )
         metrics = dict(metrics)  # the user may change their dict after report() returned
         index = self.next_index
         if checkpoint is None:
@@ -149,7 +185,12 @@ class TrainSession:
             elif not index % _DRAIN_EVERY:
                 self._drain()  # the hot path reads notices only now and then (memory)
             self.next_index += 1
-            self.runtime.emit(wire.report_message(self.args.attempt, index, metrics, None, False))
+            positions = self.positions.snapshot()
+            self.runtime.emit(
+                wire.report_message(
+                    self.args.attempt, index, metrics, None, False, positions, validation
+                )
+            )
             return
         self._drain()
         if not isinstance(mode, CheckpointUploadMode):
@@ -169,20 +210,37 @@ class TrainSession:
         )
         try:
             if mode is CheckpointUploadMode.ASYNC:
-                self._report_async(index, metrics, checkpoint, dir_name, delete, upload_fn)
+                self._report_async(
+                    index, metrics, checkpoint, dir_name, delete, upload_fn, validation
+                )
                 return
             self._save_now(checkpoint, dir_name, mode, delete, upload_fn)
         except BaseException:
             self._used.discard(dir_name)  # nothing was reported: the name stays free
             raise
-        self._emit(index, metrics, dir_name, pending=False)
+        self._emit(index, metrics, dir_name, pending=False, validation=validation)
         self._wait_committed(index)
 
-    def _emit(self, index: int, metrics: dict[str, Any], dir_name: str, pending: bool) -> None:
+    def _emit(
+        self,
+        index: int,
+        metrics: dict[str, Any],
+        dir_name: str,
+        pending: bool,
+        validation: dict[str, Any] | None = None,
+    ) -> None:
         """Send a checkpoint report; from here on the report and its index are taken."""
         self.next_index = index + 1
         self._last_checkpoint_index = index
-        self.runtime.emit(wire.report_message(self.args.attempt, index, metrics, dir_name, pending))
+        if validation is not None:
+            self._last_validation_index = index
+            self._validated.clear()
+        positions = self.positions.snapshot()
+        self.runtime.emit(
+            wire.report_message(
+                self.args.attempt, index, metrics, dir_name, pending, positions, validation
+            )
+        )
 
     def _claim(self, name: str) -> str:
         """Validate ``name`` and refuse it when already used in this run; remember it."""
@@ -232,6 +290,7 @@ class TrainSession:
         dir_name: str,
         delete: bool,
         upload_fn: UploadFn | None,
+        validation: dict[str, Any] | None = None,
     ) -> None:
         uploader = self._get_uploader()
         uploader.acquire()  # back-pressure: waits while MAX_UPLOADS_IN_FLIGHT are in flight
@@ -256,7 +315,7 @@ class TrainSession:
         except BaseException:
             uploader.release()
             raise
-        self._emit(index, metrics, dir_name, pending=True)
+        self._emit(index, metrics, dir_name, pending=True, validation=validation)
         uploader.submit(UploadJob(index, dir_name, upload, cleanup))
 
     def _get_uploader(self) -> Uploader:

@@ -21,7 +21,8 @@ class Result:
         metrics: the last metrics rank 0 reported (``{}`` when it reported none).
         checkpoint: the latest committed checkpoint, or ``None``.
         best_checkpoints: every checkpoint kept by the retention policy, as
-            ``(checkpoint, metrics)`` pairs, oldest first.
+            ``(checkpoint, metrics)`` pairs, oldest first (validation metrics merged
+            in; checkpoints a health check rolled back are left out).
         path: the run's directory (local path or fsspec URL).
         error: the error that ended the run, else ``None``.
 
@@ -98,7 +99,7 @@ def result_from_state(
     fs = storage.fs
     best = [
         (Checkpoint(storage.checkpoint_path(rec.dir_name), fs), dict(rec.metrics))
-        for rec in state.checkpoints
+        for rec in state.live_checkpoints()
     ]
     latest = state.latest()
     checkpoint = Checkpoint(storage.checkpoint_path(latest.dir_name), fs) if latest else None

@@ -19,8 +19,10 @@ from lumos.train._internal.reporting import CURRENT, TrainSession
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-    from lumos.runtime import WorkerInfo
+    from lumos.runtime import WorkerInfo, WorkerSession
+    from lumos.runtime.context import JobContext
     from lumos.storage import Checkpoint, RunStorage
+    from lumos.train._internal.health import RollbackInfo
 
 # Worker-side imports stay light: lumos.storage (pydantic, fsspec) is imported when a
 # checkpoint or the storage is first needed, not before the first metrics report.
@@ -49,6 +51,17 @@ class WorkerRunArgs:
     pass_config: bool
     committed_names: tuple[str, ...] = ()
     starting_checkpoint: Checkpoint | None = None
+    has_validation: bool = False
+    rollback: RollbackInfo | None = None
+    trial: tuple[str, str, str] | None = None
+    """``(id, name, dir)`` of the Tune trial this run runs in (``JobContext``), if any."""
+
+
+def trial_of(ctx: JobContext | None) -> tuple[str, str, str] | None:
+    """``WorkerRunArgs.trial`` from the enclosing job's context (a Tune trial), if any."""
+    if ctx is None or ctx.kind != "tune.trial":
+        return None
+    return (ctx.id, ctx.name, ctx.storage_path)
 
 
 class WorkerHooks:
@@ -109,6 +122,32 @@ class TrainContext:
             )
         return self._storage
 
+    def get_trial_id(self) -> str | None:
+        """The id of the Tune trial this run runs in (``"00007"``), else ``None`` (Ray's name)."""
+        return self._args.trial[0] if self._args.trial else None
+
+    def get_trial_name(self) -> str | None:
+        """The name of the Tune trial this run runs in, else ``None`` (Ray's name)."""
+        return self._args.trial[1] if self._args.trial else None
+
+    def get_trial_dir(self) -> str | None:
+        """The directory (URL) of the Tune trial this run runs in, else ``None`` (Ray's name)."""
+        return self._args.trial[2] if self._args.trial else None
+
+    def get_rollback_info(self) -> RollbackInfo | None:
+        """How a health check rolled this run back, while training resumes from there.
+
+        ``None`` unless the run's last rollback went back to the checkpoint this
+        attempt resumed from (so also after a later failure restarted from it).
+        Use it to skip the data that made a metric spike.
+
+        Example:
+            >>> info = train.get_context().get_rollback_info()  # doctest: +SKIP
+            >>> if info is not None:
+            ...     print(info.check, info.reason, info.from_report, info.to_checkpoint)
+        """
+        return self._args.rollback
+
     def get_attempt(self) -> int:
         """0 for the first attempt, incremented at every restart after a failure."""
         return self._args.attempt
@@ -149,6 +188,22 @@ def run_train_worker(
     runtime_session = worker.get_session()
     if runtime_session is None or runtime_session.info is None:  # pragma: no cover
         raise RuntimeError("lumos.train worker started outside of a lumos.runtime WorkerGroup")
+    return run_in_session(runtime_session, train_fn, config, args, hooks)
+
+
+def run_in_session(
+    runtime_session: WorkerSession,
+    train_fn: Callable[..., Any],
+    config: dict[str, Any] | None,
+    args: WorkerRunArgs,
+    hooks: WorkerHooks | None = None,
+) -> dict[str, Any]:
+    """Run the user's function in this thread with a ``TrainSession`` on ``runtime_session``.
+
+    The body of :func:`run_train_worker`; local mode (``local.py``) calls it with a
+    session whose messages its in-process driver handles.
+    """
+    assert runtime_session.info is not None
     context = TrainContext(runtime_session.info, args)
     session = TrainSession(runtime_session, context, args)
     os.environ["LUMOS_TRAIN_RUN_NAME"] = args.run_name

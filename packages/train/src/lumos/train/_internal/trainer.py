@@ -5,26 +5,34 @@ from __future__ import annotations
 import datetime
 import inspect
 import secrets
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from lumos.runtime import (
     DefaultFailurePolicy,
+    ElasticScalingPolicy,
     GroupFactory,
     WorkerGroupProtocol,
     WorkerGroupSpec,
     context as job_context,
     ensure_ray,
 )
-from lumos.storage import Checkpoint, RunState, RunStorage
+from lumos.storage import Checkpoint, CheckpointConfig, RetentionPolicy, RunState, RunStorage
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.config import RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.controller import TrainController
 from lumos.train._internal.controller.spec import ControllerSettings, ControllerSpec
-from lumos.train._internal.errors import TrainConfigError
+from lumos.train._internal.controller.validations import ThreadValidationLauncher
+from lumos.train._internal.data_config import DataConfig
+from lumos.train._internal.datasets import DatasetBackend, check_data_config, check_datasets
+from lumos.train._internal.errors import DriverTerminated, TrainConfigError
 from lumos.train._internal.result import Result, result_from_state
+from lumos.train._internal.validation import ValidationConfig
 
 
 def _default_run_name() -> str:
@@ -90,6 +98,13 @@ class DataParallelTrainer:
             pretrained model): ``train.get_checkpoint()`` returns it on an attempt of
             a run that has no committed checkpoint of its own; once the run committed
             one, restarts and job-level restore use the run's latest instead.
+        validation_config: ``train.ValidationConfig(fn)``: validates the checkpoints
+            of ``train.report(..., validation=True)`` in Ray tasks of their own while
+            training goes on (see the package README, "Validation").
+        datasets: Ray Datasets by name (needs ``lumos-train[data]``); each rank reads
+            its part with ``train.get_dataset_shard(name)`` (README, "Data input").
+        dataset_config: which datasets are split across the workers
+            (``train.DataConfig``; default: all of them).
 
     Raises:
         TrainConfigError: an argument is invalid (e.g. the function does not
@@ -110,6 +125,9 @@ class DataParallelTrainer:
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
         resume_from_checkpoint: Checkpoint | None = None,
+        validation_config: ValidationConfig | None = None,
+        datasets: dict[str, Any] | None = None,
+        dataset_config: DataConfig | None = None,
         _group_factory: GroupFactory | None = None,
         _controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -141,10 +159,23 @@ class DataParallelTrainer:
                 "pass train.Checkpoint.from_directory(path) or None"
             )
         self.resume_from_checkpoint = resume_from_checkpoint
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise TrainConfigError(
+                f"validation_config={validation_config!r} is not a train.ValidationConfig; "
+                "pass train.ValidationConfig(fn) or None"
+            )
+        self.validation_config = validation_config
+        self.datasets = check_datasets(datasets)
+        self.dataset_config = check_data_config(dataset_config, list(self.datasets))
+        if validation_config is not None:
+            _check_picklable(validation_config.fn, f"ValidationConfig(fn={validation_config.fn!r})")
         self._pass_config = _takes_config(train_loop_per_worker, train_loop_config is not None)
-        _check_picklable(train_loop_per_worker, f"train_loop_per_worker={train_loop_per_worker!r}")
-        if train_loop_config is not None:
-            _check_picklable(train_loop_config, "train_loop_config")
+        if not self.scaling_config.local_mode:  # local mode ships nothing to other processes
+            _check_picklable(
+                train_loop_per_worker, f"train_loop_per_worker={train_loop_per_worker!r}"
+            )
+            if train_loop_config is not None:
+                _check_picklable(train_loop_config, "train_loop_config")
         # test seams (not documented): lumos.runtime.testing.FakeCluster.start, timings
         self._group_factory = _group_factory
         self._settings = _controller_settings or ControllerSettings()
@@ -162,8 +193,17 @@ class DataParallelTrainer:
         ctx = job_context.current()
         parent = (ctx.storage_path, ctx.storage_filesystem) if ctx is not None else (None, None)
         path, fs = rc.storage_location(*parent)
-        name = rc.name or ("train" if ctx is not None else _default_run_name())
+        name = rc.name or (ctx.nested_run_name if ctx is not None else _default_run_name())
         return RunStorage(path, name, fs), (path, fs)
+
+    def _starting_checkpoint(self) -> Checkpoint | None:
+        """``resume_from_checkpoint``, else the parent Tune trial's (a PBT clone)."""
+        if self.resume_from_checkpoint is not None:
+            return self.resume_from_checkpoint
+        ctx = job_context.current()
+        if ctx is None or ctx.starting_checkpoint is None:
+            return None
+        return Checkpoint(ctx.starting_checkpoint, ctx.storage_filesystem)
 
     def fit(self) -> Result:
         """Run training to the end and return its result.
@@ -171,6 +211,10 @@ class DataParallelTrainer:
         Calling ``fit()`` with the ``RunConfig(storage_path, name)`` of an
         unfinished run resumes it from its latest checkpoint; for a finished
         run it returns the stored result without training again.
+
+        With ``ScalingConfig(num_workers=0)`` the function runs in this process
+        without Ray (under ``torchrun``: one rank per process); see the package
+        README, "Local mode and torchrun".
 
         Returns:
             The run's ``Result``.
@@ -180,19 +224,71 @@ class DataParallelTrainer:
             lumos.storage.LeaseHeldError: another live driver is running this run.
             KeyboardInterrupt: on Ctrl-C (after stopping the workers); call
                 ``fit()`` again to resume.
+            SystemExit: on SIGTERM to this process (a job scheduler stopping it):
+                the workers stop at their next report, the run state is saved, and
+                the process exits with status 143; ``fit()`` with the same
+                ``RunConfig`` resumes the run. (Only when ``fit()`` runs in the main
+                thread, where Python delivers signals.)
         """
         console = Console(self.run_config.verbose)
         storage, configured = self._resolve_storage()
+        if self.scaling_config.local_mode:
+            return self._fit_local(storage, console, configured)
         with storage.leased():
             state = _load_or_create_state(storage, console)
+            _catch_up_parent(storage, state)
             if state.status == "finished":
                 console.info(messages.already_finished_line(storage.name, storage.uri))
                 return result_from_state(storage, state, metrics=None)
             if self._group_factory is None:
                 ensure_ray()
-            controller = TrainController(self._controller_spec(storage, state, console, configured))
+            spec = self._controller_spec(storage, state, console, configured)
+            controller = TrainController(spec)
             self._last_controller = controller
-            return controller.run()
+            try:
+                with _sigterm_stops_the_run():
+                    return controller.run()
+            except DriverTerminated:
+                raise SystemExit(128 + signal.SIGTERM) from None
+            finally:
+                spec.backend.shutdown()  # drops the dataset shards (Ray Data coordinators)
+
+    def _fit_local(self, storage: RunStorage, console: Console, where: tuple[str, Any]) -> Result:
+        """``num_workers=0``: run in this process, without Ray (``local.py``)."""
+        from lumos.train._internal.local import LocalSpec, run_local
+
+        rc = self.run_config
+        unsupported = [
+            what
+            for what, given in (
+                ("validation_config", self.validation_config is not None),
+                ("datasets", bool(self.datasets)),
+                ("RunConfig(health_checks)", bool(rc.health_checks)),
+            )
+            if given
+        ]
+        if unsupported:
+            raise TrainConfigError(
+                f"ScalingConfig(num_workers=0) (local mode) does not support "
+                f"{', '.join(unsupported)} yet; run with num_workers >= 1 (Ray) to use them"
+            )
+        spec = LocalSpec(
+            train_fn=self.train_loop_per_worker,
+            config=self.train_loop_config,
+            pass_config=self._pass_config,
+            storage=storage,
+            worker_storage=where,
+            open_state=_load_or_create_state,
+            process_group_backend=self._backend().process_group_backend(),
+            use_gpu=self.scaling_config.use_gpu,
+            settings=self._settings,
+            console=console,
+            retention=_retention(rc.checkpoint_config),
+            callbacks=tuple(rc.callbacks),
+            job_context=job_context.current(),
+            resume_from_checkpoint=self._starting_checkpoint(),
+        )
+        return run_local(spec)
 
     def _controller_spec(
         self, storage: RunStorage, state: RunState, console: Console, where: tuple[str, Any]
@@ -200,10 +296,11 @@ class DataParallelTrainer:
         rc = self.run_config
         sc = self.scaling_config
         fc = rc.failure_config
-        cc = rc.checkpoint_config
         backend = self._backend()
+        if self.datasets:
+            backend = DatasetBackend(backend, self.datasets, self.dataset_config)
         group_spec = WorkerGroupSpec(
-            num_workers=sc.num_workers,
+            num_workers=sc.max_workers,
             resources_per_worker=sc.worker_resources(),
             placement_strategy=sc.placement_strategy,
             env_vars=self._env_vars(),
@@ -214,6 +311,8 @@ class DataParallelTrainer:
                 and fc.restart_strategy == "replace_failed"
             ),
             warm_imports=backend.warm_imports,
+            runtime_env=rc.worker_runtime_env,
+            min_workers=sc.min_workers if sc.elasticity_enabled else None,
         )
         return ControllerSpec(
             train_fn=self.train_loop_per_worker,
@@ -225,15 +324,75 @@ class DataParallelTrainer:
             group_factory=self._group_factory or _start_ray_group,
             failure_policy=DefaultFailurePolicy(fc.max_failures),
             worker_storage=where,
-            retention=cc.retention() if cc.num_to_keep is not None else None,
+            retention=_retention(rc.checkpoint_config),
             backend=backend,
             restart_strategy=fc.restart_strategy,
             callbacks=tuple(rc.callbacks),
             job_context=job_context.current(),
             console=console,
             settings=self._settings,
-            resume_from_checkpoint=self.resume_from_checkpoint,
+            resume_from_checkpoint=self._starting_checkpoint(),
+            validation_config=self.validation_config,
+            # the fake cluster of the unit tests has no Ray: validations run in threads
+            validation_launcher=(
+                (lambda c: ThreadValidationLauncher(c.fn)) if self._group_factory else None
+            ),
+            health_checks=tuple(rc.health_checks),
+            max_rollbacks=fc.max_rollbacks,
+            scaling_policy=ElasticScalingPolicy() if sc.elasticity_enabled else None,
+            resize_interval_s=sc.elastic_resize_monitor_interval_s,
+            max_preemption_failures=fc.max_preemption_failures,
         )
+
+
+@contextmanager
+def _sigterm_stops_the_run() -> Iterator[None]:
+    """While the controller runs, SIGTERM stops the run the way Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise DriverTerminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _catch_up_parent(storage: RunStorage, state: RunState) -> None:
+    """Re-send to the parent Tune trial the reports this run committed after the trial's
+    latest checkpoint.
+
+    A Tune retry (the trial's actor died) or a restored sweep resumes the trial from
+    the last checkpoint it heard of, while this run resumes from its own latest commit,
+    which may be later (the actor died between a commit and its forward). Sending the
+    reports in between keeps the trial's history step for step with this run: the
+    pruner sees every step once.
+    """
+    ctx = job_context.current()
+    latest = state.latest()
+    if ctx is None or ctx.report_checkpoint is None or latest is None:
+        return
+    uris = {r.report_index: storage.checkpoint(r.dir_name).uri for r in state.checkpoints}
+    known = ctx.starting_checkpoint
+    if known is None or not known.startswith(storage.uri.rstrip("/") + "/"):
+        after = -1  # the trial has nothing of this run: all of it
+    else:
+        found = [i for i, uri in uris.items() if uri == known]
+        if not found:
+            return  # retention deleted the trial's checkpoint: where it stands is unknown
+        after = found[0]
+    rows = storage.read_metrics()
+    for index in range(after + 1, min(latest.report_index + 1, len(rows))):
+        ctx.forward(rows[index], uris.get(index))
+
+
+def _retention(cc: CheckpointConfig) -> RetentionPolicy | None:
+    """What ``CheckpointConfig`` keeps (``None``: every checkpoint)."""
+    return cc.retention() if cc.num_to_keep is not None else None
 
 
 def _load_or_create_state(storage: RunStorage, console: Console) -> RunState:

@@ -69,7 +69,7 @@ class GroupDriver:
         group = self._factory(spec, on_waiting=self._console.info)
         self.group = group
         self._console.info(
-            messages.started_line(spec.num_workers, time.monotonic() - t0, group.workers)
+            messages.started_line(len(group.workers), time.monotonic() - t0, group.workers)
         )
         return group
 
@@ -91,9 +91,25 @@ class GroupDriver:
         """
         group = self.current()
         group.request_stop()
-        waiting = set(range(world_size)) - set(dead) - set(ended)
         if dead:
             self._replace(group, dead)
+        extra_dead = self.wind_down(set(range(world_size)) - set(dead) - set(ended))
+        if extra_dead:
+            self._replace(group, sorted(extra_dead))
+        group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
+        return extra_dead
+
+    def wind_down(self, waiting: set[int]) -> set[int]:
+        """Wait until the ``waiting`` ranks' training threads ended (after a stop request).
+
+        Returns:
+            The ranks among them that died meanwhile (not replaced).
+
+        Raises:
+            TimeoutError: a rank did not end its thread within ``stop_grace_s``.
+        """
+        group = self.current()
+        group.request_stop()
         extra_dead: set[int] = set()
         deadline = time.monotonic() + self._stop_grace_s
         while waiting:
@@ -111,10 +127,25 @@ class GroupDriver:
                 elif isinstance(event, WorkerDiedEvent | WorkerHungEvent):
                     waiting.discard(event.rank)
                     extra_dead.add(event.rank)
-        if extra_dead:
-            self._replace(group, sorted(extra_dead))
-        group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
         return extra_dead
+
+    def resize(self, remove: list[int], target: int, wait_s: float) -> tuple[int, int, float]:
+        """Elastic groups: drop ``remove`` (ranks whose functions ended), then grow toward
+        ``target`` workers with what can be placed within ``wait_s``.
+
+        Returns:
+            ``(size before, size after, seconds)``.
+        """
+        group = self.current()
+        t0 = time.monotonic()
+        before = len(group.workers)
+        if remove:
+            group.remove_workers(sorted(remove))
+        missing = target - len(group.workers)
+        if missing > 0:
+            group.add_workers(missing, timeout_s=wait_s)
+        group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
+        return before, len(group.workers), time.monotonic() - t0
 
     def _replace(self, group: WorkerGroupProtocol, ranks: list[int]) -> None:
         t0 = time.monotonic()

@@ -86,10 +86,10 @@ def finished_line(name: str, reports: int, latest: CheckpointRecord | None, uri:
     )
 
 
-def interrupted_line(name: str) -> str:
-    """The line after Ctrl-C."""
+def interrupted_line(name: str, why: str = "interrupted") -> str:
+    """The line after Ctrl-C (or SIGTERM to the driver)."""
     return (
-        f"interrupted; run {name!r} resumes from its latest checkpoint "
+        f"{why}; the workers stopped and the run state is saved: run {name!r} resumes from its latest checkpoint "
         "when fit() is called again with the same RunConfig(storage_path, name)"
     )
 
@@ -121,3 +121,92 @@ def resuming_line(
 def cleanup_failed_line(error: BaseException) -> str:
     """A cleanup step failed (the run's own outcome is reported as it is)."""
     return f"cleanup step failed: {type(error).__name__}: {error}"
+
+
+def rollback_line(
+    check: str,
+    reason: str,
+    source: str,
+    index: int,
+    target: CheckpointRecord | None,
+    rolled_back: Sequence[str],
+    number: int,
+    limit: int,
+) -> str:
+    """``health check NonFiniteMetric('loss') fired on report #7: ...; rolling back ...``."""
+    what = "report" if source == "report" else "the validation of report"
+    limit_text = "unlimited" if limit < 0 else f"{number} of {limit}"
+    gone = f"; rolled back {', '.join(repr(n) for n in rolled_back)}" if rolled_back else ""
+    return (
+        f"health check {check} fired on {what} #{index}: {reason}; rolling back "
+        f"(rollback {limit_text}) to {resume_point(target)}{gone}"
+    )
+
+
+def rolled_back_line(target: CheckpointRecord | None, seconds: float) -> str:
+    """The line once training runs again after a rollback."""
+    return f"training resumed from {resume_point(target)} {seconds:.2f} s after the check fired"
+
+
+def rollbacks_exhausted_text(check: str, reason: str, index: int, limit: int) -> str:
+    """Why the run fails when a check fires with no rollback left."""
+    return (
+        f"health check {check} fired on report #{index} ({reason}) and the run already "
+        f"rolled back FailureConfig(max_rollbacks={limit}) time(s); raise max_rollbacks "
+        "or fix what makes the check fire"
+    )
+
+
+def validation_line(dir_name: str, status: str, error: str | None) -> str:
+    """A validation that did not succeed (training goes on)."""
+    what = "timed out" if status == "timeout" else "failed"
+    return f"validation of checkpoint {dir_name!r} {what}: {error}; training goes on"
+
+
+def waiting_validations_line(count: int) -> str:
+    """Every rank finished; the run waits for its last validations."""
+    return f"training finished; waiting for {count} checkpoint validation(s)"
+
+
+def preempted_line(rank: int, node_id: str | None, reason: str, seconds_left: float | None) -> str:
+    """A rank got a preemption notice (not a failure)."""
+    node = f" on node {node_id[:8]}" if node_id else ""
+    left = f", {seconds_left:.0f} s before its deadline" if seconds_left is not None else ""
+    return (
+        f"rank {rank}{node} got a preemption notice ({reason}{left}); it moves right after "
+        "the next committed checkpoint (train.get_preemption_info() tells the function)"
+    )
+
+
+def grow_started_line(added: int, world_size: int, size: int) -> str:
+    """Workers were started for a larger group; it grows at the next checkpoint."""
+    return (
+        f"started {added} more worker(s); the group grows from {world_size} to {size} "
+        "worker(s) right after the next committed checkpoint"
+    )
+
+
+def resize_line(reason: str, before: int, after: int, seconds: float) -> str:
+    """The group changed size (or moved) at a checkpoint boundary or after a loss."""
+    what = (
+        f"resized from {before} to {after} worker(s)"
+        if before != after
+        else (f"kept {after} worker(s)")
+    )
+    return f"{what} in {seconds:.2f} s ({reason})"
+
+
+def resumed_after_resize_line(size: int, resume: CheckpointRecord | None, seconds: float) -> str:
+    """Training runs again after a resize or move."""
+    return (
+        f"training resumed at {size} worker(s) from {resume_point(resume)}, "
+        f"{seconds:.2f} s after the change began"
+    )
+
+
+def waiting_min_workers_line(have: int, min_workers: int) -> str:
+    """An elastic group fell below min_workers and waits for capacity."""
+    return (
+        f"{have} worker(s) left, below min_workers={min_workers}: waiting for resources "
+        "to start more"
+    )

@@ -32,12 +32,18 @@ class Commit:
         dir_name: The checkpoint directory every uploading rank wrote into.
         metrics: Rank 0's metrics of that report.
         ranks: The ranks that passed a checkpoint.
+        data_positions: Every rank's data-loader positions at that report (ranks that
+            have loaders), stored with the checkpoint before it commits.
+        validation: The validation the report asks for (rank 0's request, else the
+            first rank's that made one), or ``None``.
     """
 
     index: int
     dir_name: str
     metrics: dict[str, Any]
     ranks: tuple[int, ...]
+    data_positions: dict[int, bytes] = field(default_factory=dict, repr=False)
+    validation: dict[str, Any] | None = None
 
 
 @dataclass
@@ -193,9 +199,18 @@ def _commit_of(pending: _Pending) -> Commit:
             "same checkpoint_dir_name for one report"
         )
     rank0 = pending.by_rank.get(0)
+    requests = [
+        r.validation for _, r in sorted(pending.by_rank.items()) if r.validation is not None
+    ]
     return Commit(
         index=pending.index,
         dir_name=next(iter(names.values())),
         metrics=rank0.metrics if rank0 is not None else {},
         ranks=tuple(sorted(names)),
+        data_positions={
+            rank: r.data_positions
+            for rank, r in pending.by_rank.items()
+            if r.data_positions is not None
+        },
+        validation=requests[0] if requests else None,
     )

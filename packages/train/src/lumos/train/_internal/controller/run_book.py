@@ -17,6 +17,7 @@ from lumos.storage import (
     Checkpoint,
     CheckpointRecord,
     RetentionPolicy,
+    RollbackRecord,
     RunState,
     RunStorage,
 )
@@ -24,7 +25,10 @@ from lumos.train._internal.errors import CheckpointReportError
 from lumos.train._internal.result import Result, result_from_state
 
 RunStatus = Literal["running", "finished", "errored", "aborted"]
-AttemptStatus = Literal["finished", "errored", "aborted"]
+AttemptStatus = Literal["finished", "errored", "aborted", "rolled_back", "resized"]
+ROLLED_BACK_SUFFIX = ".rolled-back-"
+"""A rolled-back checkpoint's directory becomes ``<name>.rolled-back-<number>``, so
+that the resumed run may report under its old name again."""
 
 
 class RunBook:
@@ -77,7 +81,11 @@ class RunBook:
         self._save(attempts=attempts)
 
     def commit(
-        self, index: int, dir_name: str, metrics: dict[str, Any]
+        self,
+        index: int,
+        dir_name: str,
+        metrics: dict[str, Any],
+        validation_request: dict[str, Any] | None = None,
     ) -> tuple[Checkpoint, list[str]]:
         """Commit the checkpoint of report ``index``; returns it and the dropped names.
 
@@ -85,6 +93,9 @@ class RunBook:
         the retention policy dropped are no longer named by the state but are not
         deleted yet: the controller acknowledges the workers first (a SYNC report
         does not wait for deletions), then calls :meth:`delete_dropped`.
+
+        With ``validation_request`` the checkpoint is committed with its validation
+        pending: retention does not judge it until :meth:`record_validation`.
 
         Raises:
             CheckpointReportError: ``dir_name`` already names a committed checkpoint
@@ -96,12 +107,130 @@ class RunBook:
                 "checkpoint of this run; checkpoint names must be unique in a run"
             )
         record = CheckpointRecord(
-            dir_name=dir_name, metrics=metrics, report_index=index, created_at=time.time()
+            dir_name=dir_name,
+            metrics=metrics,
+            report_index=index,
+            created_at=time.time(),
+            validation_status=None if validation_request is None else "pending",
+            validation_request=validation_request,
         )
         self.state, dropped = self.storage.commit_checkpoint(
             self.state, record, self.retention, delete_dropped=False
         )
         return self.storage.checkpoint(dir_name), dropped
+
+    def pending_validations(self) -> list[CheckpointRecord]:
+        """Checkpoints (not rolled back) whose validation has not ended, oldest first."""
+        return [r for r in self.state.live_checkpoints() if r.validation_pending]
+
+    def record_validation(
+        self,
+        dir_name: str,
+        status: Literal["validated", "timeout", "failed"],
+        metrics: dict[str, Any],
+        error: str | None,
+    ) -> tuple[CheckpointRecord | None, list[str]]:
+        """Merge a validation's outcome into checkpoint ``dir_name``, then apply retention.
+
+        Returns:
+            ``(updated record or None when the checkpoint is gone, dropped names)``;
+            the dropped directories are not deleted yet (:meth:`delete_dropped`).
+        """
+        records = list(self.state.checkpoints)
+        at = next((i for i, r in enumerate(records) if r.dir_name == dir_name), None)
+        if at is None:
+            return None, []
+        old = records[at]
+        records[at] = old.model_copy(
+            update={
+                "metrics": {**old.metrics, **metrics},
+                "validation_status": status,
+                "validation_request": None,
+                "validation_error": error,
+            }
+        )
+        self.state, dropped = self.storage.update_checkpoints(
+            self.state, records, self.state.latest_checkpoint, self.retention, delete_dropped=False
+        )
+        if status == "validated" and metrics:
+            self.storage.merge_metrics(old.report_index, metrics)
+        return records[at], dropped
+
+    def rollback(
+        self,
+        check: str,
+        reason: str,
+        from_report: int,
+        target: CheckpointRecord | None,
+        metrics: dict[str, Any],
+    ) -> tuple[RollbackRecord, list[str]]:
+        """Roll the run back to ``target`` (``None``: to the start).
+
+        Every checkpoint (not rolled back already) reported after ``target`` is marked
+        rolled back: never resumed from again, dropped first by retention, and renamed
+        ``<name>.rolled-back-<number>`` so the resumed run may use its name again. A
+        pending validation of one of them is recorded as failed. The state is written
+        before any directory moves; :meth:`settle_rollbacks` finishes the renames
+        (also after a crash).
+
+        Returns:
+            ``(the rollback's record, dropped names)`` (dropped: not deleted yet).
+        """
+        number = len(self.state.rollbacks) + 1
+        after = -1 if target is None else target.report_index
+        records: list[CheckpointRecord] = []
+        renamed: list[str] = []
+        for r in self.state.checkpoints:
+            if r.rolled_back or r.report_index <= after:
+                records.append(r)
+                continue
+            update: dict[str, Any] = {"rolled_back": True}
+            if r.validation_pending:
+                update.update(
+                    validation_status="failed",
+                    validation_request=None,
+                    validation_error="cancelled: the checkpoint was rolled back",
+                )
+            records.append(r.model_copy(update=update))
+            renamed.append(f"{r.dir_name}{ROLLED_BACK_SUFFIX}{number}")
+        record = RollbackRecord(
+            number=number,
+            check=check,
+            reason=reason,
+            from_report=from_report,
+            to_checkpoint=None if target is None else target.dir_name,
+            to_report_index=None if target is None else target.report_index,
+            rolled_back=renamed,
+            metrics=metrics,
+        )
+        self.state, dropped = self.storage.update_checkpoints(
+            self.state,
+            records,
+            None if target is None else target.dir_name,
+            self.retention,
+            delete_dropped=False,
+            rollbacks=[*self.state.rollbacks, record],
+        )
+        self.settle_rollbacks()
+        return record, dropped
+
+    def settle_rollbacks(self) -> None:
+        """Rename the rolled-back checkpoints that still have their reported name."""
+        final: dict[str, str] = {}
+        for rb in self.state.rollbacks:
+            for name in rb.rolled_back:
+                final[name.rsplit(ROLLED_BACK_SUFFIX, 1)[0]] = name
+        records = list(self.state.checkpoints)
+        changed = False
+        for i, r in enumerate(records):
+            new = final.get(r.dir_name) if r.rolled_back else None
+            if new is None or new == r.dir_name:
+                continue
+            self.storage.rename_checkpoint(r.dir_name, new)
+            records[i] = r.model_copy(update={"dir_name": new})
+            changed = True
+        if changed:
+            self._save(checkpoints=records, updated_at=time.time())
 
     def delete_dropped(self, dir_names: list[str]) -> None:
         """Delete the checkpoints a commit dropped (see :meth:`commit`)."""

@@ -12,10 +12,13 @@ from lumos.train._internal.console import Console
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-    from lumos.runtime import FailurePolicy, GroupFactory, WorkerGroupSpec
+    from lumos.runtime import FailurePolicy, GroupFactory, ScalingPolicy, WorkerGroupSpec
     from lumos.runtime.context import JobContext
     from lumos.storage import Checkpoint, RetentionPolicy, RunState, RunStorage
     from lumos.train._internal.callback import Callback
+    from lumos.train._internal.controller.validations import ValidationLauncher
+    from lumos.train._internal.health import HealthCheck
+    from lumos.train._internal.validation import ValidationConfig
 
 RestartStrategy = Literal["replace_failed", "full_group"]
 
@@ -65,6 +68,15 @@ class ControllerSpec:
         settings: Timing knobs.
         resume_from_checkpoint: The trainer's starting checkpoint (fine-tuning), used
             until the run commits a checkpoint of its own.
+        validation_config: The trainer's ``ValidationConfig``, or ``None``.
+        validation_launcher: Starts validation tasks (built from ``validation_config``
+            on first use: a Ray task; unit tests pass threads).
+        health_checks: ``RunConfig.health_checks``.
+        max_rollbacks: ``FailureConfig.max_rollbacks`` (``-1``: unlimited).
+        scaling_policy: Decides an elastic group's size (``None``: fixed size).
+        resize_interval_s: How often a running elastic group asks ``scaling_policy``.
+        max_preemption_failures: Deaths of ranks under a preemption notice the run
+            may recover from, apart from ``max_failures`` (``-1``: unlimited).
     """
 
     train_fn: Callable[..., Any]
@@ -84,3 +96,10 @@ class ControllerSpec:
     console: Console = field(default_factory=lambda: Console(0))
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     resume_from_checkpoint: Checkpoint | None = None
+    validation_config: ValidationConfig | None = None
+    validation_launcher: Callable[[ValidationConfig], ValidationLauncher] | None = None
+    health_checks: tuple[HealthCheck, ...] = ()
+    max_rollbacks: int = 3
+    scaling_policy: ScalingPolicy | None = None
+    resize_interval_s: float = 60.0
+    max_preemption_failures: int = -1

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lumos.runtime import WorkerFailure
     from lumos.storage import CheckpointRecord
+    from lumos.train._internal.controller.health_monitor import Fired
+    from lumos.train._internal.controller.scaling import Move
     from lumos.train._internal.errors import TrainingFailedError
     from lumos.train._internal.result import Result
 
@@ -62,6 +64,38 @@ class RestartingState(ControllerState):
     """
 
     failures: tuple[WorkerFailure, ...]
+    attempt: int
+    ended_ranks: frozenset[int] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class RollingBackState(ControllerState):
+    """A health check fired: training goes back to an earlier checkpoint.
+
+    Attributes:
+        fired: Which check fired, on what, and what it asked for.
+        attempt: The attempt being rolled back.
+        ended_ranks: ranks whose training thread already ended (they need no stop).
+        dead_ranks: ranks whose process died meanwhile (replaced before the restart).
+    """
+
+    fired: Fired
+    attempt: int
+    ended_ranks: frozenset[int] = field(default_factory=frozenset)
+    dead_ranks: frozenset[int] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class ResizingState(ControllerState):
+    """The group changes at a checkpoint boundary: it grows, or preempted ranks move.
+
+    Attributes:
+        move: Why, and which ranks are under a preemption notice.
+        attempt: The attempt that ends here.
+        ended_ranks: ranks whose training thread already ended (they need no stop).
+    """
+
+    move: Move
     attempt: int
     ended_ranks: frozenset[int] = field(default_factory=frozenset)
 

@@ -6,8 +6,9 @@ process group left over from a failed attempt; rank 0 starts the rendezvous
 ``TCPStore`` on a port the OS picks and broadcasts the port through the runtime
 session (no extra driver round trip before the launch); the others connect to it,
 every rank sets the usual env vars and joins the new group. When the function ends
-(also by an error) the group is destroyed, which closes its sockets so that
-peers blocked in a collective fail at once instead of waiting for the timeout.
+(also by an error) the group is destroyed; after an error its gloo connections are
+shut down first, so that peers blocked in a collective fail at once instead of
+waiting for the timeout (or for this process to exit).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class TorchWorkerHooks(WorkerHooks):
         self.backend = backend
         self.master_addr = master_addr
         self.timeout_s = timeout_s
+        self._group_sockets: set[int] = set()  # set by on_start in the worker
+        self._store_port = -1
 
     def on_start(self, context: TrainContext) -> None:
         import torch
@@ -82,12 +85,62 @@ class TorchWorkerHooks(WorkerHooks):
         )
         if self.backend == "nccl" and torch.cuda.is_available():
             torch.cuda.set_device(_local_device_index(context))
+        before = _socket_fds()
         dist.init_process_group(
             backend=self.backend, store=store, rank=rank, world_size=world, timeout=timeout
         )
+        # gloo's connections to the peers: what ``on_end`` tears down after an error
+        self._group_sockets = (_socket_fds() - before) if self.backend == "gloo" else set()
+        self._store_port = port
 
     def on_end(self, context: TrainContext, error: BaseException | None) -> None:
+        if error is not None:
+            # After an error, torch (2.13) may leave gloo's sockets open on destroy, so a
+            # peer blocked in a collective would wait for this process to exit (or for
+            # the timeout). Shutting the connections down fails its collective at once,
+            # and the surviving processes can be reused (elastic shrink, restart).
+            _shut_down_connections(self._group_sockets, self._store_port)
         destroy_process_group_quietly()
+
+
+def _socket_fds() -> set[int]:
+    """This process's socket file descriptors (Linux; elsewhere none are known)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    out = set()
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                out.add(int(name))
+        except OSError:
+            continue
+    return out
+
+
+def _shut_down_connections(fds: set[int], store_port: int) -> None:
+    """``shutdown()`` the connected TCP sockets among ``fds`` (never a listening socket,
+    which gloo cannot survive, nor the rendezvous store's connection)."""
+    import socket
+
+    for fd in sorted(fds):
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed meanwhile
+        try:
+            if sock.type != socket.SOCK_STREAM or sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+            ):
+                continue
+            ports = (sock.getsockname()[1], sock.getpeername()[1])
+            if store_port not in ports:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected (any more), or not a TCP socket
+        finally:
+            sock.close()
 
 
 def _local_device_index(context: TrainContext) -> int:
@@ -115,3 +168,7 @@ class TorchBackend(Backend):
         addr = str(group.workers[0].node_ip)
         backend = self.config.resolved_backend(self.use_gpu)
         return TorchWorkerHooks(backend, addr, self.config.timeout_s)
+
+    def process_group_backend(self) -> str:
+        """The ``TorchConfig`` backend (gloo on CPU, nccl with GPUs) joined under torchrun."""
+        return self.config.resolved_backend(self.use_gpu)

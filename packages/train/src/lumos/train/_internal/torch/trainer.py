@@ -16,6 +16,8 @@ from lumos.train._internal.trainer import DataParallelTrainer
 
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint
+    from lumos.train._internal.data_config import DataConfig
+    from lumos.train._internal.validation import ValidationConfig
 
 
 class TorchTrainer(DataParallelTrainer):
@@ -35,6 +37,9 @@ class TorchTrainer(DataParallelTrainer):
         run_config: name, storage, failure and checkpoint settings, callbacks.
         resume_from_checkpoint: a checkpoint to start from (fine-tuning):
             ``train.get_checkpoint()`` returns it until the run commits its own.
+        datasets: Ray Datasets by name (``lumos-train[data]``), read in the function
+            with ``train.get_dataset_shard(name)``.
+        dataset_config: ``train.DataConfig``: which datasets are split across workers.
 
     Example:
         >>> trainer = TorchTrainer(train_fn, train_loop_config={"lr": 1e-3},
@@ -52,6 +57,9 @@ class TorchTrainer(DataParallelTrainer):
         scaling_config: ScalingConfig | None = None,
         run_config: RunConfig | None = None,
         resume_from_checkpoint: Checkpoint | None = None,
+        validation_config: ValidationConfig | None = None,
+        datasets: dict[str, Any] | None = None,
+        dataset_config: DataConfig | None = None,
         _group_factory: GroupFactory | None = None,
         _controller_settings: ControllerSettings | None = None,
     ) -> None:
@@ -61,6 +69,9 @@ class TorchTrainer(DataParallelTrainer):
             scaling_config=scaling_config,
             run_config=run_config,
             resume_from_checkpoint=resume_from_checkpoint,
+            validation_config=validation_config,
+            datasets=datasets,
+            dataset_config=dataset_config,
             _group_factory=_group_factory,
             _controller_settings=_controller_settings,
         )

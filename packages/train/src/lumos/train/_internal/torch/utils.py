@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
-from lumos.train._internal.errors import TrainConfigError
+from lumos.train._internal.errors import TrainConfigError, TrainTypeError
+from lumos.train._internal.reporting import CURRENT
 from lumos.train._internal.session import current_session
+from lumos.train._internal.torch import samplers
+from lumos.train._internal.torch.samplers import ShuffleSampler
 
 
 def _world() -> tuple[int, int]:
@@ -79,12 +91,23 @@ def prepare_model(
 
 
 class _PreparedLoader:
-    """Iterates a DataLoader, moving batches to the device and advancing the sampler's epoch."""
+    """A ``StatefulDataLoader`` that moves batches to the device, counts epochs and resumes.
 
-    def __init__(self, loader: DataLoader[Any], device: torch.device | None) -> None:
+    Every ``for`` loop over it is one epoch (the ``DistributedSampler``'s epoch advances
+    by itself). Its position (epoch, and the loader's ``state_dict()`` within it) is
+    taken at every ``train.report()`` (see ``data_positions.py``); on a resumed attempt
+    the position saved with the checkpoint is applied at the first ``__iter__``.
+    """
+
+    def __init__(self, loader: StatefulDataLoader, device: torch.device | None) -> None:
         self._loader = loader
         self._device = device
-        self._epoch = 0
+        self._epoch = -1  # the current (or last) epoch; -1 before the first loop
+        self._in_epoch = False
+        self._pending: dict[str, Any] | None = None
+        session = CURRENT.get()
+        if session is not None:
+            self._pending = session.positions.register(self)
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -92,13 +115,52 @@ class _PreparedLoader:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
-    def __iter__(self) -> Iterator[Any]:
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or last) loop over the loader; -1 before the first."""
+        return self._epoch
+
+    def position_state(self) -> dict[str, Any]:
+        """The position now: the epoch, whether it finished, the loader's ``state_dict``."""
+        if self._epoch < 0:
+            return {"epoch": -1, "finished": True, "loader": None}
+        return {
+            "epoch": self._epoch,
+            "finished": not self._in_epoch,
+            "loader": self._loader.state_dict(),
+        }
+
+    def load_position(self, position: dict[str, Any]) -> None:
+        """Resume from ``position`` (from :meth:`position_state`) at the next ``__iter__``."""
+        self._pending = position
+
+    def _start_epoch(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending["epoch"] >= 0:
+            self._epoch = pending["epoch"]
+            state = pending["loader"]
+            if not pending["finished"]:
+                self._set_epoch(self._epoch)
+                if state is not None:  # None: saved with another world size (epoch over)
+                    self._loader.load_state_dict(state)
+                return
+            if state is not None:  # the sampler's random state after that epoch
+                self._loader.load_state_dict(state)
+        self._epoch += 1
+        self._set_epoch(self._epoch)
+
+    def _set_epoch(self, epoch: int) -> None:
         sampler = self._loader.sampler
         if isinstance(sampler, DistributedSampler):
-            sampler.set_epoch(self._epoch)
-        self._epoch += 1
+            sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._start_epoch()
+        self._in_epoch = True
+        device = self._device
         for batch in self._loader:
-            yield batch if self._device is None else _move(batch, self._device)
+            yield batch if device is None else _move(batch, device)
+        self._in_epoch = False
 
 
 def _move(batch: Any, device: torch.device) -> Any:
@@ -118,7 +180,7 @@ def prepare_data_loader(
     add_dist_sampler: bool = True,
     move_to_device: bool = True,
 ) -> Any:
-    """Shard ``data_loader`` across workers and move its batches to the device.
+    """Shard ``data_loader`` across workers, move its batches to the device, resume it.
 
     With more than one worker the loader is rebuilt with a
     ``DistributedSampler`` (each worker reads a different part of the data;
@@ -126,42 +188,101 @@ def prepare_data_loader(
     over the returned loader is one epoch: the sampler's epoch advances by
     itself, so shuffles differ between epochs (no ``set_epoch`` needed).
 
+    The returned loader is a torchdata ``StatefulDataLoader``: its position is saved
+    with every checkpoint a ``train.report()`` commits, and on a resumed attempt
+    (restart after a failure, job-level restore) the loader continues from the
+    position of the checkpoint it resumes from, by itself: with the same seed a rank
+    sees the same batches as without the failure (those consumed after that
+    checkpoint are seen again). Loaders are told apart by the order the training
+    function prepares them in. See "Data input" in the package README.
+
     Args:
-        data_loader: a ``torch.utils.data.DataLoader`` over a map-style dataset.
+        data_loader: a ``torch.utils.data.DataLoader`` (or torchdata
+            ``StatefulDataLoader``), map-style or iterable.
         add_dist_sampler: shard with a ``DistributedSampler``.
         move_to_device: move tensors in each batch to ``get_device()``.
 
     Returns:
         An iterable with the loader's interface (``len``, attributes).
 
+    Raises:
+        TrainTypeError: ``data_loader`` is not a ``torch.utils.data.DataLoader``.
+
     Example:
         >>> loader = prepare_data_loader(DataLoader(ds, batch_size=32, shuffle=True))  # doctest: +SKIP
         >>> for epoch in range(3):
         ...     for x, y in loader: ...
     """
+    if not isinstance(data_loader, DataLoader):
+        raise TrainTypeError(
+            f"prepare_data_loader(data_loader={data_loader!r}): expected a "
+            "torch.utils.data.DataLoader"
+        )
     rank, world = _world()
     loader = data_loader
+    sampler: Any = None
     if (
         add_dist_sampler
         and world > 1
         and not isinstance(loader.sampler, DistributedSampler)
         and not isinstance(loader.dataset, IterableDataset)
+        and not _custom_batch_sampler(loader)
     ):
         shuffle = isinstance(loader.sampler, RandomSampler)
-        sampler: DistributedSampler[Any] = DistributedSampler(
+        sampler = StatefulDistributedSampler(
             loader.dataset, num_replicas=world, rank=rank, shuffle=shuffle
         )
-        loader = DataLoader(
-            loader.dataset,
-            batch_size=loader.batch_size,
-            sampler=sampler,
-            num_workers=loader.num_workers,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-            drop_last=loader.drop_last,
-            timeout=loader.timeout,
-            worker_init_fn=loader.worker_init_fn,
-            generator=loader.generator,
-            persistent_workers=loader.persistent_workers if loader.num_workers > 0 else False,
-        )
+    if sampler is not None or not isinstance(loader, StatefulDataLoader):
+        loader = _stateful(loader, sampler)
     return _PreparedLoader(loader, get_device() if move_to_device else None)
+
+
+def _custom_batch_sampler(loader: DataLoader[Any]) -> bool:
+    return loader.batch_size is None and loader.batch_sampler is not None
+
+
+def _stateful(loader: DataLoader[Any], sampler: Any) -> StatefulDataLoader:
+    with warnings.catch_warnings():
+        # torchdata 0.11 calls torch.set_vital, which torch >= 2.10 deprecates
+        warnings.filterwarnings("ignore", message=".*set_vital.*", category=UserWarning)
+        return _build_stateful(loader, sampler)
+
+
+def _build_stateful(loader: DataLoader[Any], sampler: Any) -> StatefulDataLoader:
+    """``loader`` rebuilt as a ``StatefulDataLoader`` (with ``sampler`` when given).
+
+    torch's ``RandomSampler`` and ``SequentialSampler`` become ``samplers.py``'s, which
+    resume by jumping to their position (the random state is part of it); any other
+    sampler is kept, and resumes by skipping the indices it already yielded in the
+    epoch (torchdata's fallback, O(position)).
+    """
+    kwargs: dict[str, Any] = {
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "pin_memory_device": loader.pin_memory_device,
+        "in_order": getattr(loader, "in_order", True),
+    }
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+        kwargs["persistent_workers"] = loader.persistent_workers
+    if _custom_batch_sampler(loader):
+        return StatefulDataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **kwargs)
+    batching = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
+    if isinstance(loader.dataset, IterableDataset):
+        return StatefulDataLoader(loader.dataset, **batching, **kwargs)
+    if sampler is None:
+        sampler = loader.sampler
+        if (
+            type(sampler) is RandomSampler
+            and not sampler.replacement
+            and sampler._num_samples is None
+        ):
+            sampler = ShuffleSampler(sampler.data_source, generator=sampler.generator)
+        elif type(sampler) is SequentialSampler:
+            sampler = samplers.SequentialSampler(sampler.data_source)
+    return StatefulDataLoader(loader.dataset, sampler=sampler, **batching, **kwargs)
