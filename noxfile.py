@@ -83,16 +83,22 @@ def runtime(session: nox.Session) -> None:
     _install(session, STORAGE, f"{RUNTIME}[test]")
     _assert_missing(session, "torch")
     _assert_missing(session, "optuna")
-    _pytest(session, "packages/runtime-common/tests")
+    _pytest(
+        session, "packages/runtime-common/tests", "--ignore=packages/runtime-common/tests/cluster"
+    )
+    # A simulated multi-node cluster: its own process (one Ray cluster per process).
+    _pytest(session, "packages/runtime-common/tests/cluster")
 
 
 @nox.session
 def train(session: nox.Session) -> None:
-    """lumos-train alone: proves it installs and works without optuna."""
-    _install(session, STORAGE, RUNTIME, f"{TRAIN}[test]")
+    """lumos-train alone (with its [data] extra): proves it works without optuna."""
+    _install(session, STORAGE, RUNTIME, f"{TRAIN}[test,data]")
     _assert_missing(session, "optuna")
     _assert_missing(session, "lumos.tune")
-    _pytest(session, "packages/train/tests")
+    _pytest(session, "packages/train/tests", "--ignore=packages/train/tests/cluster")
+    # A simulated multi-node cluster: its own process (one Ray cluster per process).
+    _pytest(session, "packages/train/tests/cluster")
 
 
 @nox.session

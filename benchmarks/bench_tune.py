@@ -1,7 +1,7 @@
 """Trivial-trial throughput of lumos.tune vs bare Ray and ray.tune, and driver memory.
 
-Three ways to run the same sweep of trivial trials (one report each, TPE sampler,
-2 trials at a time), measured in the same run on the same Ray cluster:
+Three ways to run the same sweep of trivial trials (one report each, 2 trials at a
+time), measured in the same run on the same Ray cluster:
 
 * floor: what bare Ray does -- optuna ask/tell in the driver, 2 reused actors,
   results gathered with ``ray.wait`` (no storage, no reports, no pruning);
@@ -10,10 +10,15 @@ Three ways to run the same sweep of trivial trials (one report each, TPE sampler
   since the machine is shared);
 * ray.tune with ``OptunaSearch`` (fewer trials: it is slow; rates are compared).
 
-Then the driver's peak RSS during a 2,000-trial lumos sweep (in a fresh
-subprocess so that earlier parts do not count).
+Two sweeps: 200 trials with TPE (TPE's own cost dominates both sides) and 10,000
+trials with ``RandomSampler`` (only the control plane is left). ray.tune is far too
+slow for 10,000 trials here: it runs 20 and the per-trial costs are compared.
 
-Budget (DESIGN.md): lumos >= 0.6x the floor, >= 100x ray.tune, RSS < 300 MB.
+Then the driver's peak RSS and the files written, for a 200- and a 10,000-trial lumos
+sweep (RandomSampler), each in a fresh subprocess so that earlier parts do not count.
+
+Budget (DESIGN.md): lumos >= 0.6x the floor (both sweeps), >= 100x ray.tune, peak RSS
+at 10,000 trials <= 1.1x that at 200, O(1) files per trial (the journals only).
 
 Then population-based training (``tune_pbt_section.py``): lumos's PBT against its own
 FIFO on the same 4 trials x 12 steps (budget <= 1.2x), ray.tune's PBT against its FIFO
@@ -37,8 +42,9 @@ import optuna
 import ray
 
 TRIALS = 200
+BIG_TRIALS = 10_000
 RAY_TUNE_TRIALS = 20
-RSS_TRIALS = 2000
+RSS_TRIALS = (200, 10_000)
 CONCURRENCY = 2
 ROUNDS = 3
 
@@ -58,10 +64,16 @@ class _Runner:
         return (x - 2.0) ** 2
 
 
-def bare_ray(n: int) -> float:
+def _sampler(kind: str) -> optuna.samplers.BaseSampler:
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=0)
+    return optuna.samplers.TPESampler(seed=0)
+
+
+def bare_ray(n: int, sampler: str = "tpe") -> float:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    study = optuna.create_study(sampler=_sampler(sampler))
     actors = [_Runner.remote() for _ in range(CONCURRENCY)]
     inflight: dict[Any, tuple[Any, optuna.Trial]] = {}
     asked = done = 0
@@ -87,7 +99,7 @@ def bare_ray(n: int) -> float:
 # -- lumos.tune --------------------------------------------------------------------------------
 
 
-def lumos_tune(n: int, storage: str, name: str) -> float:
+def lumos_tune(n: int, storage: str, name: str, sampler: str = "tpe") -> float:
     from lumos import tune
 
     t0 = time.perf_counter()
@@ -99,13 +111,13 @@ def lumos_tune(n: int, storage: str, name: str) -> float:
             mode="min",
             num_samples=n,
             max_concurrent_trials=CONCURRENCY,
-            sampler=optuna.samplers.TPESampler(seed=0),
+            sampler=_sampler(sampler),
         ),
         run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0),
     ).fit()
     elapsed = time.perf_counter() - t0
     assert len(grid) == n, grid
-    assert grid.num_terminated == n, grid
+    assert grid.num_terminated == n, (grid, grid.errors)
     return n / elapsed
 
 
@@ -157,10 +169,16 @@ def _peak_rss_mb() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+def _count_files(path: str) -> int:
+    return sum(len(files) + len(dirs) for _, dirs, files in os.walk(path))
+
+
 def _rss_child(n: int, storage: str, address: str) -> None:
     ray.init(address=address, log_to_driver=False)
-    rate = lumos_tune(n, storage, "bench-rss")
-    print(json.dumps({"rate": rate, "peak_rss_mb": _peak_rss_mb()}))
+    name = f"bench-rss-{n}"
+    rate = lumos_tune(n, storage, name, sampler="random")
+    files = _count_files(os.path.join(storage, name))
+    print(json.dumps({"rate": rate, "peak_rss_mb": _peak_rss_mb(), "files": files}))
 
 
 def driver_rss(n: int, storage: str, address: str) -> dict[str, float]:
@@ -190,9 +208,11 @@ def main() -> None:
         return
 
     trials = 40 if args.quick else TRIALS
+    big = 1000 if args.quick else BIG_TRIALS
     ray_trials = 4 if args.quick else RAY_TUNE_TRIALS
-    rss_trials = 200 if args.quick else RSS_TRIALS
+    rss_sizes = (200, 1000) if args.quick else RSS_TRIALS
     rounds = 1 if args.quick else ROUNDS
+    big_rounds = 1 if args.quick else 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     address = ctx.address_info["address"]
@@ -202,49 +222,66 @@ def main() -> None:
         lumos_tune(10, storage, "bench-warmup")
 
         # The machine is shared: interleave the two and keep each one's best round.
-        floors, ours_all = [], []
-        for i in range(rounds):
-            floors.append(bare_ray(trials))
-            ours_all.append(lumos_tune(trials, storage, f"bench-lumos-{i}"))
-        floor, ours = max(floors), max(ours_all)
-        print(
-            f"rounds (trials/s): floor {[round(f, 1) for f in floors]}, "
-            f"lumos {[round(o, 1) for o in ours_all]}"
-        )
+        sweeps: dict[str, tuple[int, list[float], list[float]]] = {}
+        for label, n, sampler, k in (
+            ("TPE", trials, "tpe", rounds),
+            ("RandomSampler", big, "random", big_rounds),
+        ):
+            floors, ours_all = [], []
+            for i in range(k):
+                floors.append(bare_ray(n, sampler))
+                ours_all.append(lumos_tune(n, storage, f"bench-lumos-{sampler}-{i}", sampler))
+            sweeps[label] = (n, floors, ours_all)
+            print(
+                f"{label}, {n} trials, rounds (trials/s): floor {[round(f, 1) for f in floors]}, "
+                f"lumos {[round(o, 1) for o in ours_all]}",
+                flush=True,
+            )
         theirs = ray_tune(ray_trials, storage)
-        rss = driver_rss(rss_trials, storage, address)
+        rss = {n: driver_rss(n, storage, address) for n in rss_sizes}
     ray.shutdown()
 
     print()
-    print(f"trivial trials, TPE, max_concurrent_trials={CONCURRENCY}")
-    print(
-        f"  bare Ray floor (ask/tell + 2 actors): {floor:8.1f} trials/s  "
-        f"({trials} trials, best of {rounds})"
-    )
-    print(
-        f"  lumos.tune:                           {ours:8.1f} trials/s  "
-        f"({trials} trials, best of {rounds})"
-    )
-    if theirs is not None:
+    for label, (n, floors, ours_all) in sweeps.items():
+        floor, ours = max(floors), max(ours_all)
+        ratio_floor = ours / floor
+        print(f"trivial trials, {label}, {n} trials, max_concurrent_trials={CONCURRENCY}")
         print(
-            f"  ray.tune + OptunaSearch:              {theirs:8.2f} trials/s  ({ray_trials} trials)"
+            f"  bare Ray floor (ask/tell + 2 actors): {floor:8.1f} trials/s  "
+            f"({1e3 / floor:.2f} ms/trial, best of {len(floors)})"
         )
-    ratio_floor = ours / floor
-    print(
-        f"  lumos / floor    = {ratio_floor:6.2f}x   (budget >= 0.6x)  "
-        f"{'OK' if ratio_floor >= 0.6 else 'OVER BUDGET'}"
-    )
-    if theirs is not None:
-        ratio_ray = ours / theirs
         print(
-            f"  lumos / ray.tune = {ratio_ray:6.1f}x   (budget >= 100x)  "
+            f"  lumos.tune:                           {ours:8.1f} trials/s  "
+            f"({1e3 / ours:.2f} ms/trial, best of {len(ours_all)})"
+        )
+        print(
+            f"  lumos / floor    = {ratio_floor:6.2f}x   (budget >= 0.6x)  "
+            f"{'OK' if ratio_floor >= 0.6 else 'OVER BUDGET'}"
+        )
+    tpe_rate = max(sweeps["TPE"][2])
+    if theirs is not None:
+        print(
+            f"  ray.tune + OptunaSearch (TPE):        {theirs:8.2f} trials/s  "
+            f"({1e3 / theirs:.0f} ms/trial, {ray_trials} trials: 10,000 would take "
+            f"{BIG_TRIALS / theirs / 60:.0f} min)"
+        )
+        ratio_ray = tpe_rate / theirs
+        print(
+            f"  lumos / ray.tune = {ratio_ray:6.1f}x per-trial cost, TPE  (budget >= 100x)  "
             f"{'OK' if ratio_ray >= 100 else 'OVER BUDGET'}"
         )
-    peak = rss["peak_rss_mb"]
+    small, large = rss[rss_sizes[0]], rss[rss_sizes[-1]]
+    growth = large["peak_rss_mb"] / small["peak_rss_mb"]
     print(
-        f"driver peak RSS, {rss_trials}-trial lumos sweep: {peak:.0f} MB "
-        f"(budget < 300 MB) {'OK' if peak < 300 else 'OVER BUDGET'}; "
-        f"rate {rss['rate']:.1f} trials/s"
+        f"driver peak RSS (RandomSampler): {small['peak_rss_mb']:.0f} MB at {rss_sizes[0]} "
+        f"trials, {large['peak_rss_mb']:.0f} MB at {rss_sizes[-1]} -> {growth:.2f}x "
+        f"(budget <= 1.1x) {'OK' if growth <= 1.1 else 'OVER BUDGET'}"
+    )
+    flat = large["files"] == small["files"]
+    print(
+        f"files written: {small['files']} for {rss_sizes[0]} trials, {large['files']} for "
+        f"{rss_sizes[-1]} ({large['files'] / rss_sizes[-1]:.4f} per trial; budget O(1)) "
+        f"{'OK' if flat else 'GROWS WITH TRIALS'}"
     )
     _pbt_section(args.quick)
 

@@ -205,10 +205,46 @@ def test_with_resources_sets_the_trial_resources() -> None:
             tune.with_resources(objective, {"CPU": 2}),
             tune_config=tune.TuneConfig(trial_resources={"CPU": 1}),
         )
-    with pytest.raises(tune.TuneConfigError, match="not supported yet"):
-        tune.with_resources(objective, lambda config: {"CPU": 1})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="CPU"):
         tune.with_resources(objective, {"CPU": -1})
+
+
+def _shaped(config: dict[str, Any]) -> None:
+    tune.report({"loss": config["cpus"], "got": tune.get_context().get_trial_resources()["CPU"]})
+
+
+def test_with_resources_of_config_gives_each_trial_its_own_shape(tmp_path: Any) -> None:
+    pools: list[FakeWorkerPool] = []
+
+    def factory(resources: dict[str, float]) -> FakeWorkerPool:
+        pools.append(FakeWorkerPool(resources))
+        return pools[-1]
+
+    grid = tune.Tuner(
+        tune.with_resources(_shaped, lambda config: {"cpu": config["cpus"]}),
+        param_space={"cpus": tune.grid_search([1, 1, 2, 2, 1])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
+        run_config=tune.RunConfig(name="shapes", storage_path=str(tmp_path), verbose=0),
+        _pool_factory=factory,
+    ).fit()
+    assert grid.num_terminated == 5
+    for result in grid:
+        assert result.metrics["got"] == result.config["cpus"]
+    (pool,) = pools
+    # one worker per change of shape: equal shapes reuse the idle worker (1, 1 | 2, 2 | 1)
+    assert [r["CPU"] for r in pool.worker_resources.values()] == [1.0, 2.0, 1.0]
+    assert len(pool.removed) >= 2  # an idle worker of the other shape made room
+
+
+def test_with_resources_of_config_rejects_a_bad_shape(tmp_path: Any) -> None:
+    with pytest.raises(tune.TuneConfigError, match="with_resources"):
+        tune.Tuner(
+            tune.with_resources(_shaped, lambda config: "lots"),
+            param_space={"cpus": 1},
+            tune_config=tune.TuneConfig(metric="loss", mode="min"),
+            run_config=tune.RunConfig(name="bad", storage_path=str(tmp_path), verbose=0),
+            _pool_factory=fake_pool,
+        ).fit()
 
 
 # -- Tuner.restore / can_restore / get_results ----------------------------------------------

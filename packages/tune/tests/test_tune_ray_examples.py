@@ -16,12 +16,18 @@ import ray
 EXAMPLES = Path(ray.__file__).parent / "tune" / "examples"
 
 # ASHA + with_resources({"cpu": 1}) + RunConfig(stop); OptunaSearch(define-by-run) +
-# ConcurrencyLimiter + ASHA; PBT over a function; PBT over a tune.Trainable class.
+# ConcurrencyLimiter + ASHA; PBT over a function; PBT over a tune.Trainable class;
+# a LoggerCallback with Ray's hook signature + name creators reading trial.trainable_name;
+# the basic example; HyperBand over a function; checkpointing in a function.
 SCRIPTS = [
     "async_hyperband_example",
     "optuna_define_by_run_example",
     "pbt_function",
     "pbt_example",
+    "logging_example",
+    "tune_basic_example",
+    "hyperband_function_example",
+    "custom_func_checkpointing",
 ]
 
 

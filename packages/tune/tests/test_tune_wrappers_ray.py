@@ -46,3 +46,24 @@ def test_with_parameters_puts_a_large_array_once(ray_cluster: Any, tmp_path: Any
         assert r.metrics["writable"] is False
     assert grid.get_dataframe()["pid"].nunique() <= 2  # actors reused across trials
     assert wrapped.__name__ == "objective"
+
+
+def _assigned(config: dict[str, Any]) -> None:
+    import ray
+
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    tune.report({"loss": config["cpus"], "cpus": assigned.get("CPU", 0.0), "pid": os.getpid()})
+
+
+def test_with_resources_of_config_places_each_trial_with_its_resources(
+    ray_cluster: Any, tmp_path: Any
+) -> None:
+    grid = tune.Tuner(
+        tune.with_resources(_assigned, lambda config: {"CPU": config["cpus"]}),
+        param_space={"cpus": tune.grid_search([1, 2, 1, 2])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=2),
+        run_config=tune.RunConfig(name="shapes", storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert grid.num_terminated == 4, grid.errors
+    for result in grid:  # Ray gave each trial's actor what the function asked for
+        assert result.metrics["cpus"] == result.config["cpus"]

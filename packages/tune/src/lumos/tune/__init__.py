@@ -31,7 +31,12 @@ from lumos.tune._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint as Checkpoint
-    from lumos.tune import schedulers as schedulers, search as search, stopper as stopper
+    from lumos.tune import (
+        logger as logger,
+        schedulers as schedulers,
+        search as search,
+        stopper as stopper,
+    )
     from lumos.tune._internal.callbacks import (
         Callback as Callback,
         CSVLoggerCallback as CSVLoggerCallback,
@@ -135,6 +140,7 @@ _LAZY: dict[str, str] = {
     "TrialStatus": "lumos.tune._internal.trial",
     "Trainable": "lumos.tune._internal.trainable",
     "Tuner": "lumos.tune._internal.tuner",
+    "logger": "lumos.tune.logger",
     "schedulers": "lumos.tune.schedulers",
     "search": "lumos.tune.search",
     "stopper": "lumos.tune.stopper",

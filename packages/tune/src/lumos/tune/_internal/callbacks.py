@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage import is_local, resolve_filesystem
+from lumos.storage import Checkpoint, is_local, resolve_filesystem
 from lumos.tune._internal.journal import dumps
 from lumos.tune._internal.trial import Trial
 
@@ -51,6 +53,142 @@ class Callback:
 
     def on_experiment_end(self, trials: list[Trial]) -> None:
         """Called once after the last trial ended."""
+
+    def on_checkpoint(self, trial: Trial, checkpoint: Checkpoint) -> None:
+        """A trial's report committed ``checkpoint`` (``trial.checkpoint_dir`` names it)."""
+
+
+# Ray's hook signatures: a hook whose first parameter is ``iteration`` (Ray's
+# ``on_trial_result(self, iteration, trials, trial, result, **info)``) is called Ray's way,
+# with ``trials`` a lazy sequence of snapshots; otherwise lumos's (``on_trial_result(trial,
+# result)``). ``setup`` likewise: Ray's takes ``stop``, ``num_samples``, ... as keywords.
+_RAY_STYLE: dict[tuple[type, str], bool] = {}
+
+
+def _ray_style(cb: Callback, hook: str) -> bool:
+    key = (type(cb), hook)
+    style = _RAY_STYLE.get(key)
+    if style is None:
+        try:
+            params = list(inspect.signature(getattr(cb, hook)).parameters)
+        except (TypeError, ValueError):
+            params = []
+        first = params[0] if params else ""
+        style = first == "iteration" if hook != "setup" else first not in ("experiment_path", "")
+        _RAY_STYLE[key] = style
+    return style
+
+
+class Hooks:
+    """Calls the callbacks' hooks, each in the style its override was written in
+    (lumos's or Ray's, see :class:`Callback`), with the controller's loop ``iteration``.
+
+    Args:
+        callbacks: The user's callbacks.
+        trials: Returns every trial so far, as snapshots (called only for Ray-style hooks,
+            which get it as ``trials``).
+    """
+
+    def __init__(self, callbacks: list[Callback], trials: Callable[[], Sequence[Trial]]) -> None:
+        self.callbacks = callbacks
+        self._trials = trials
+        self.iteration = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.callbacks)
+
+    def _each(self, hook: str, trial: Trial, *lumos_args: Any, **ray_kwargs: Any) -> None:
+        for cb in self.callbacks:
+            fn = getattr(cb, hook)
+            if _ray_style(cb, hook):
+                fn(iteration=self.iteration, trials=self._trials(), trial=trial, **ray_kwargs)
+            else:
+                fn(trial, *lumos_args)
+
+    def trial_start(self, trial: Trial) -> None:
+        """``on_trial_start``."""
+        self._each("on_trial_start", trial)
+
+    def trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
+        """``on_trial_result``."""
+        self._each("on_trial_result", trial, result, result=result)
+
+    def trial_end(self, trial: Trial, failed: bool) -> None:
+        """``on_trial_error`` when ``failed``, else ``on_trial_complete``."""
+        self._each("on_trial_error" if failed else "on_trial_complete", trial)
+
+    def checkpoint(self, trial: Trial, checkpoint: Checkpoint) -> None:
+        """``on_checkpoint``."""
+        self._each("on_checkpoint", trial, checkpoint, checkpoint=checkpoint)
+
+
+def setup_callbacks(
+    callbacks: list[Callback],
+    experiment_path: str,
+    filesystem: AbstractFileSystem,
+    stop: Any,
+    num_samples: int,
+    total_num_samples: int,
+) -> None:
+    """Call every callback's ``setup`` in its own style (lumos's or Ray's)."""
+    for cb in callbacks:
+        if _ray_style(cb, "setup"):
+            cb.setup(  # type: ignore[call-arg]
+                stop=stop,
+                num_samples=num_samples,
+                total_num_samples=total_num_samples,
+                experiment_path=experiment_path,
+                filesystem=filesystem,
+            )
+        else:
+            cb.setup(experiment_path, filesystem)
+
+
+class LoggerCallback(Callback):
+    """Ray's base class for loggers: override ``log_trial_start``,
+    ``log_trial_result`` and ``log_trial_end`` (``lumos.tune.logger.LoggerCallback``, as
+    ``ray.tune.logger.LoggerCallback``).
+
+    Example:
+        >>> class PrintLogger(LoggerCallback):
+        ...     def log_trial_result(self, iteration, trial, result):
+        ...         print(trial.trial_name, result["loss"])
+        >>> tune.RunConfig(callbacks=[PrintLogger()])
+    """
+
+    def log_trial_start(self, trial: Trial) -> None:
+        """A trial (or a retry of it) started."""
+
+    def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
+        """A trial reported ``result``; ``iteration`` is the driver loop's."""
+
+    def log_trial_end(self, trial: Trial, failed: bool = False) -> None:
+        """A trial ended; ``failed``: it ended in ERROR."""
+
+    def on_trial_start(  # type: ignore[override]
+        self, iteration: int, trials: Sequence[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self.log_trial_start(trial)
+
+    def on_trial_result(  # type: ignore[override]
+        self,
+        iteration: int,
+        trials: Sequence[Trial],
+        trial: Trial,
+        result: dict[str, Any],
+        **info: Any,
+    ) -> None:
+        self.log_trial_result(iteration, trial, result)
+
+    def on_trial_complete(  # type: ignore[override]
+        self, iteration: int, trials: Sequence[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self.log_trial_end(trial, failed=False)
+
+    def on_trial_error(  # type: ignore[override]
+        self, iteration: int, trials: Sequence[Trial], trial: Trial, **info: Any
+    ) -> None:
+        self.log_trial_end(trial, failed=True)
 
 
 class _TrialFileLogger(Callback):

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from optuna.trial import TrialState
 
 from lumos.runtime import FailureDecision
+from lumos.storage import Checkpoint
 from lumos.tune._internal import optuna_bridge
-from lumos.tune._internal.callbacks import Callback
+from lumos.tune._internal.callbacks import Callback, Hooks
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import (
     ABORT,
@@ -46,7 +47,7 @@ from lumos.tune._internal.pbt_runner import PbtRunner
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
 from lumos.tune._internal.study_outcome import tell_study
-from lumos.tune._internal.trial import LiveTrial, TrialStatus
+from lumos.tune._internal.trial import LiveTrial, SnapshotsView, TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, ErrorRecord, ReportRecord, StartRecord
 from lumos.tune._internal.trial_rules import StopRules, TrialFailures, TrialNames
 
@@ -68,6 +69,7 @@ class TuneController:
         progress: Console reporter.
         resources: The trial resources (for the "waiting for resources" message).
         clock: Monotonic clock (tests may pass a fake).
+        trainable_name: The trial function's name (``Trial.trainable_name``).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class TuneController:
         progress: ProgressSink | None = None,
         resources: dict[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        trainable_name: str = "",
     ) -> None:
         self.exp = experiment
         self.study = experiment.study
@@ -88,7 +91,7 @@ class TuneController:
         self.config = tune_config
         self.executor = executor
         self.settings = settings
-        self.callbacks = list(callbacks or [])
+        self.hooks = Hooks(list(callbacks or []), lambda: SnapshotsView(self.trials))
         self.progress: ProgressSink = progress or NullProgress()
         self.resources = dict(resources or {})
         self.clock = clock
@@ -99,6 +102,9 @@ class TuneController:
             tune_config, experiment.storage, settings.retention, experiment.trials
         )
         self.trials: list[LiveTrial] = list(experiment.trials)
+        self.trainable_name = trainable_name
+        for t in self.trials:
+            t.trainable_name = trainable_name
         self._queue: deque[LiveTrial] = deque(
             t for t in self.trials if t.status is TrialStatus.PENDING
         )
@@ -106,6 +112,7 @@ class TuneController:
         n = tune_config.num_samples
         self._target = -1 if n == -1 else n * space.num_grid_points
         self._created = len(self.trials)
+        self._trials_uri = experiment.storage.uri.rstrip("/")
         self._start = clock()
         self._stopping = False
         self._abort_error: BaseException | None = None
@@ -115,6 +122,15 @@ class TuneController:
         self._last_progress = -math.inf
         self._last_resources_check = self._start
         self._waiting_announced: set[str] = set()
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """The user's callbacks (called through :class:`Hooks`)."""
+        return self.hooks.callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: list[Callback]) -> None:
+        self.hooks.callbacks = list(callbacks)
 
     # -- main loop -----------------------------------------------------------------------
     def run(self) -> list[LiveTrial]:
@@ -130,6 +146,7 @@ class TuneController:
                 self._fill()
                 if not self._running:
                     break
+                self.hooks.iteration += 1  # Ray's callback ``iteration``: driver loop steps
                 for ev in self.executor.poll(self._poll_timeout()):
                     self._handle(ev)
                 self._housekeeping()
@@ -184,8 +201,9 @@ class TuneController:
             number=ot.number,
             config=config,
             params=dict(ot.params),
-            path=self.exp.storage.child(f"trial_{ot.number:05d}").uri,
+            path=f"{self._trials_uri}/trial_{ot.number:05d}",  # == storage.child(name).uri
             optuna_trial=ot,
+            trainable_name=self.trainable_name,
         )
         names = self.names.name(trial)
         if names is not None:
@@ -210,6 +228,7 @@ class TuneController:
             start_iteration=trial.checkpoint_iteration if trial.checkpoint_dir else 0,
             dir_name=trial.dir_name,
             pbt_last_look=self.pbt.last_look(trial.trial_id) if self.pbt else 0.0,
+            nested_run_name=f"train-pbt{len(trial.exploits)}" if trial.exploits else "train",
         )
         # History lists are replaced, never cut in place: snapshots taken earlier stay true.
         if trial.checkpoint_dir is None and trial.history:
@@ -226,10 +245,8 @@ class TuneController:
             self.exp.trials_journal.append(StartRecord(trial.number, trial.attempt))
             self._dirty_end = True
         self.executor.start(spec)
-        if self.callbacks:
-            snapshot = trial.snapshot()
-            for cb in self.callbacks:
-                cb.on_trial_start(snapshot)
+        if self.hooks:
+            self.hooks.trial_start(trial.snapshot())
 
     # -- events ------------------------------------------------------------------------------
     def _handle(self, ev: TrialEvent) -> None:
@@ -260,10 +277,12 @@ class TuneController:
         self.exp.trials_journal.append(
             ReportRecord(trial.number, ev.iteration, ev.metrics, ev.checkpoint_dir)
         )
-        if self.callbacks:
+        if self.hooks:
             snapshot = trial.snapshot()
-            for cb in self.callbacks:
-                cb.on_trial_result(snapshot, dict(ev.metrics))
+            self.hooks.trial_result(snapshot, dict(ev.metrics))
+            if ev.checkpoint_dir is not None:
+                checkpoint = Checkpoint(f"{trial.path}/{ev.checkpoint_dir}", self.exp.storage.fs)
+                self.hooks.checkpoint(snapshot, checkpoint)
         if trial.stop_reason is not None:
             return
         reason = self.rules.after_report(trial, ev.iteration, ev.metrics)
@@ -376,14 +395,8 @@ class TuneController:
         self.exp.trials_journal.append(EndRecord(trial.number, status))
         self._dirty_end = True
         self.progress.trial_done(trial)
-        if not self.callbacks:
-            return
-        snapshot = trial.snapshot()
-        for cb in self.callbacks:
-            if status is TrialStatus.ERROR:
-                cb.on_trial_error(snapshot)
-            else:
-                cb.on_trial_complete(snapshot)
+        if self.hooks:
+            self.hooks.trial_end(trial.snapshot(), failed=status is TrialStatus.ERROR)
 
     def _abort(self, error: BaseException) -> None:
         if self._abort_error is None:

@@ -8,6 +8,7 @@ reused for the whole sweep.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from lumos.runtime import (
 )
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.session import GO, PRUNED, STOP, TrialSpec
+from lumos.tune._internal.wrappers import resource_shape
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,14 @@ class Cancelled:
 TrialEvent = Reported | Finished | Failed | Cancelled
 
 
+_Shape = tuple[tuple[str, float], ...] | None
+
+
+def _key(resources: dict[str, float] | None) -> _Shape:
+    """A hashable resource shape (``None``: the pool's own)."""
+    return None if resources is None else tuple(sorted(resources.items()))
+
+
 def _short_type(exc_type: str) -> str:
     return exc_type.rsplit(".", 1)[-1]
 
@@ -85,6 +95,10 @@ class PoolExecutor:
             ``ray.available_resources``); a waiting trial counts as waiting for
             resources only when they do not cover ``resources``. None: always.
         resources: What one worker needs.
+        resources_fn: ``config -> resources`` (``tune.with_resources(trainable, fn)``):
+            each trial runs on a worker of its own shape. Trials of equal shapes reuse
+            each other's workers; an idle worker of another shape is released to make
+            room. ``None``: every worker has the pool's shape.
     """
 
     def __init__(
@@ -93,11 +107,14 @@ class PoolExecutor:
         runner: Callable[..., Any],
         available_resources: Callable[[], dict[str, float]] | None = None,
         resources: dict[str, float] | None = None,
+        resources_fn: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.pool = pool
         self.runner = runner
         self.available_resources = available_resources
         self.resources = dict(resources or {})
+        self.resources_fn = resources_fn
+        self._shape: dict[int, _Shape] = {}  # worker -> its resources (resources_fn only)
         self._idle: list[int] = []  # placed, no trial
         self._spare: list[int] = []  # not placed yet, no trial
         self._deferred: dict[int, TrialSpec] = {}  # not placed yet, trial waits on it
@@ -117,13 +134,41 @@ class PoolExecutor:
         if kept is not None:
             self._launch(kept, spec)
             return
-        if self._idle:
-            self._launch(self._idle.pop(), spec)
+        spec = self._with_shape(spec)
+        key = _key(spec.resources)
+        idle = self._take(self._idle, key)
+        if idle is not None:
+            self._launch(idle, spec)
             return
-        wid = self._spare.pop() if self._spare else self.pool.add_worker()
+        if self._idle:  # only idle workers of other shapes: release one to make room
+            self._drop(self._idle.pop(0))
+        wid = self._take(self._spare, key)
+        if wid is None:
+            wid = self.pool.add_worker(spec.resources) if key else self.pool.add_worker()
+            if key:
+                self._shape[wid] = key
         self._deferred[wid] = spec
         self._worker_of[spec.trial_id] = wid
         self._launch_placed()
+
+    def _with_shape(self, spec: TrialSpec) -> TrialSpec:
+        if self.resources_fn is None or spec.resources is not None:
+            return spec
+        shape = resource_shape(self.resources_fn(dict(spec.config)), "with_resources(fn)")
+        return dataclasses.replace(spec, resources=shape)
+
+    def _take(self, workers: list[int], key: _Shape) -> int | None:
+        """Take a worker of shape ``key`` out of ``workers`` (the last one), if any."""
+        if self.resources_fn is None:
+            return workers.pop() if workers else None  # one shape: any worker fits
+        for i in range(len(workers) - 1, -1, -1):
+            if self._shape.get(workers[i]) == key:
+                return workers.pop(i)
+        return None
+
+    def _drop(self, wid: int) -> None:
+        self._shape.pop(wid, None)
+        self.pool.remove_worker(wid)
 
     def _launch(self, wid: int, spec: TrialSpec) -> None:
         self._trial_of[wid] = spec
@@ -185,26 +230,32 @@ class PoolExecutor:
         wid = self._worker_of.pop(trial_id, None)
         if wid is not None:
             self._trial_of.pop(wid, None)
-            self.pool.remove_worker(wid)
+            self._drop(wid)
 
     def waiting_for_resources(self) -> list[str]:
         """Ids of trials waiting for a worker that Ray cannot place for lack of resources."""
         if not self._deferred:
             return []
         pending = set(self.pool.pending_workers())
-        waiting = [s.trial_id for w, s in self._deferred.items() if w in pending]
+        waiting = [s for w, s in self._deferred.items() if w in pending]
         if waiting and self.available_resources is not None:
             free = self.available_resources()
-            if all(free.get(k, 0.0) >= v for k, v in self.resources.items()):
-                return []  # the cluster has room: the actor is just starting
-        return waiting
+            # those the cluster has room for: their actors are just starting
+            waiting = [
+                s
+                for s in waiting
+                if not all(
+                    free.get(k, 0.0) >= v for k, v in (s.resources or self.resources).items()
+                )
+            ]
+        return [s.trial_id for s in waiting]
 
     def release_idle(self, keep: int) -> None:
         """Remove idle and spare workers beyond ``keep`` (nothing left to run on them)."""
         while self._spare:
-            self.pool.remove_worker(self._spare.pop())
+            self._drop(self._spare.pop())
         while len(self._idle) > keep:
-            self.pool.remove_worker(self._idle.pop(0))
+            self._drop(self._idle.pop(0))
 
     def poll(self, timeout_s: float | None) -> list[TrialEvent]:
         """Trial events, in order per trial; blocks up to ``timeout_s`` for the first."""
@@ -234,14 +285,14 @@ class PoolExecutor:
                 self._keep.discard(tid)
                 self._trial_of.pop(ev.rank, None)
                 self._worker_of.pop(tid, None)
-                self.pool.remove_worker(ev.rank)
+                self._drop(ev.rank)
                 out.append(Failed(tid, _lost_error(spec, ev), worker_lost=True))
         if self._deferred or self._spare:
             self._launch_placed()
         return out
 
     def _unplaced_worker_lost(self, ev: WorkerDiedEvent | WorkerHungEvent) -> list[TrialEvent]:
-        self.pool.remove_worker(ev.rank)
+        self._drop(ev.rank)
         if ev.rank in self._spare:
             self._spare.remove(ev.rank)
             return []
@@ -257,9 +308,12 @@ class PoolExecutor:
             if keep:
                 self._kept[tid] = wid
                 return
-        if self._deferred:
+        shape = self._shape.get(wid)
+        waiting_on = next(
+            (w for w, s in self._deferred.items() if _key(s.resources) == shape), None
+        )
+        if waiting_on is not None:
             # A trial waits on an unplaced worker: run it here; that worker becomes a spare.
-            waiting_on = next(iter(self._deferred))
             spec = self._deferred.pop(waiting_on)
             self._spare.append(waiting_on)
             self._launch(wid, spec)

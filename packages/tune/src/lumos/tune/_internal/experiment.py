@@ -31,7 +31,12 @@ from lumos.storage import RunState, RunStorage
 from lumos.tune._internal import optuna_bridge
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.errors import TuneConfigError
-from lumos.tune._internal.journal import STUDY_JOURNAL, FsJournal, StudyJournalBackend
+from lumos.tune._internal.journal import (
+    STUDY_JOURNAL,
+    FsJournal,
+    StudyJournalBackend,
+    StudyStorage,
+)
 from lumos.tune._internal.pbt_runner import EXPLOIT_KEY, apply_exploit, exploit_from_checkpoint
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import ITERATION_KEY
@@ -95,7 +100,7 @@ def open_study_storage(
 ) -> tuple[JournalStorage, FsJournal]:
     """The Optuna storage of an experiment (one writer at a time: the driver)."""
     journal = FsJournal(storage.fs, study_journal_path(storage), writable=writable)
-    return JournalStorage(StudyJournalBackend(journal)), journal
+    return StudyStorage(StudyJournalBackend(journal)), journal
 
 
 def open_experiment(

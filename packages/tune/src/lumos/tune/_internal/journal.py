@@ -16,24 +16,32 @@ iteration in which a trial finished, and at least every ``flush_interval_s``.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import posixpath
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from optuna.storages import JournalStorage
 from optuna.storages.journal import BaseJournalBackend
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
 
 from lumos.storage import is_local, json_default
+from lumos.tune._internal.optuna_bridge import trial_id_of
 
 STUDY_JOURNAL = "study.journal"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=json_default)
+
+
 def dumps(record: Any) -> str:
     """One journal line (no newline); Optuna's separators."""
-    return json.dumps(record, separators=(",", ":"), default=json_default)
+    return _ENCODER.encode(record)
 
 
 class FsJournal:
@@ -182,15 +190,91 @@ class StudyJournalBackend(BaseJournalBackend):
     def __init__(self, journal: FsJournal) -> None:
         self.journal = journal
         self._logs: list[dict[str, Any]] = journal.read()
+        self._first = 0  # the number of ``self._logs[0]``: logs before it were read and dropped
 
     def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
-        if log_number_from >= len(self._logs):
-            return []
-        return self._logs[log_number_from:]
+        # One reader (the JournalStorage over this backend) reads every log once, in
+        # order: what it has read is dropped, so the driver's memory stays flat.
+        start = log_number_from - self._first
+        if start < 0:
+            raise RuntimeError(
+                f"study journal logs before #{self._first} were already read and dropped; "
+                f"open a new StudyJournalBackend to read from #{log_number_from}"
+            )
+        if start:
+            del self._logs[:start]
+            self._first = log_number_from
+        return self._logs[:] if self._logs else []
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._logs.extend(logs)
         self.journal.append(logs)
+
+    @property
+    def held(self) -> int:
+        """Logs kept in memory: appended and not yet read back by the storage."""
+        return len(self._logs)
+
+
+class StudyStorage(JournalStorage):
+    """Optuna's ``JournalStorage`` whose ``study.ask()`` costs O(1), not O(trials).
+
+    ``Study.ask`` first looks for an enqueued (WAITING) trial, which Optuna's journal
+    storage finds by scanning every trial of the study: quadratic over a sweep. This
+    storage keeps the ids of the trials it created WAITING (the driver is the only
+    writer) and answers that one query from them.
+
+    Example:
+        >>> storage = StudyStorage(StudyJournalBackend(journal))
+    """
+
+    def __init__(self, backend: StudyJournalBackend) -> None:
+        super().__init__(backend)
+        self._waiting: dict[int, set[int]] = {}
+        for study in self.get_all_studies():
+            sid = self.get_study_id_from_name(study.study_name)
+            waiting = super().get_all_trials(sid, deepcopy=False, states=_WAITING)
+            self._waiting[sid] = {trial_id_of(t) for t in waiting}
+
+    def create_new_study(
+        self, directions: Sequence[StudyDirection], study_name: str | None = None
+    ) -> int:
+        study_id = super().create_new_study(directions, study_name)
+        self._waiting[study_id] = set()
+        return study_id
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if template_trial is not None and template_trial.state == TrialState.WAITING:
+            self._waiting.setdefault(study_id, set()).add(trial_id)
+        return trial_id
+
+    def get_all_trials(
+        self,
+        study_id: int,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+    ) -> list[FrozenTrial]:
+        if states is None or not _only_waiting(states) or study_id not in self._waiting:
+            return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        waiting = self._waiting[study_id]
+        out: list[FrozenTrial] = []
+        for trial_id in sorted(waiting):
+            trial = self.get_trial(trial_id)
+            if trial.state == TrialState.WAITING:
+                out.append(trial)
+            else:
+                waiting.discard(trial_id)
+        return copy.deepcopy(out) if deepcopy else out
+
+
+_WAITING = (TrialState.WAITING,)
+
+
+def _only_waiting(states: Container[TrialState]) -> bool:
+    if not isinstance(states, (tuple, list, set, frozenset)):
+        return False
+    return len(states) == 1 and TrialState.WAITING in states
 
 
 def export_study_journal(journal: FsJournal, local_path: str) -> str:

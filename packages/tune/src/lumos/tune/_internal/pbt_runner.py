@@ -196,17 +196,17 @@ class PbtRunner:
         fs = trial_storage.fs
         dest = trial_storage.checkpoint_path(dir_name)
         for _ in range(3):  # the donor's retention may delete what we read: read again
-            state = donor_storage.load_state()
-            latest = state.latest() if state is not None else None
+            latest = _donor_latest(donor, donor_storage)
             if latest is None:
                 return None
             if fs.exists(dest):
                 fs.rm(dest, recursive=True)
+            latest_dir, latest_metrics = latest
             try:
-                copy_tree(fs, donor_storage.checkpoint_path(latest.dir_name), dest)
+                copy_tree(fs, f"{donor_storage.run_path}/{latest_dir}", dest)
             except FileNotFoundError:
                 continue
-            metrics = dict(latest.metrics)
+            metrics = dict(latest_metrics)
             metrics[ITERATION_KEY] = step
             metrics[EXPLOIT_KEY] = extra
             own = trial_storage.load_state() or RunState(name=trial.dir_name)
@@ -214,8 +214,23 @@ class PbtRunner:
                 dir_name=dir_name, metrics=metrics, report_index=step, created_at=time.time()
             )
             trial_storage.commit_checkpoint(own, record, self.retention)
-            return latest.dir_name
+            return latest_dir
         return None
+
+
+def _donor_latest(donor: LiveTrial, donor_storage: RunStorage) -> tuple[str, dict[str, Any]] | None:
+    """``(path in the donor's directory, metrics)`` of the donor's latest committed
+    checkpoint: its own (``tune.report``), or the one a Train run inside it committed
+    (``train/checkpoint_000004``: the trial's checkpoint names that run's directory; the
+    Train run's state, not the trial's, keeps it)."""
+    nested = donor.checkpoint_dir
+    if nested is not None and "/" in nested:
+        it = donor.checkpoint_iteration
+        row = next((r for r in donor.history if r.get(ITERATION_KEY) == it), {})
+        return nested, dict(row)
+    state = donor_storage.load_state()
+    latest = state.latest() if state is not None else None
+    return (latest.dir_name, dict(latest.metrics)) if latest is not None else None
 
 
 def apply_exploit(trial: LiveTrial, record: ExploitRecord) -> None:

@@ -12,7 +12,7 @@ from fsspec import AbstractFileSystem
 from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
 from lumos.tune._internal.metrics import finite_or_none, flatten
-from lumos.tune._internal.trial import ExploitRecord, Trial, TrialStatus
+from lumos.tune._internal.trial import ExploitRecord, HistoryView, Trial, TrialStatus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,7 +46,7 @@ class Result:
         path: str,
         checkpoint: Checkpoint | None = None,
         error: TrialError | None = None,
-        history: list[dict[str, Any]] | None = None,
+        history: Sequence[dict[str, Any]] | None = None,
         trial_id: str = "",
         trial_name: str = "",
         status: str = "TERMINATED",
@@ -64,7 +64,12 @@ class Result:
         self.status = status
         self.errors = list(errors or [])
         self.exploits = list(exploits or [])
-        self._history = list(history or [])
+        # A trial's HistoryView is kept as it is (it shares the driver's rows, which never
+        # change, and copies a row only when one is read): a 10,000-trial grid holds each
+        # report once, not twice.
+        self._history: Sequence[dict[str, Any]] = (
+            history if isinstance(history, HistoryView) else list(history or [])
+        )
         self._filesystem = filesystem
 
     @classmethod
@@ -79,7 +84,7 @@ class Result:
             path=trial.path,
             checkpoint=checkpoint,
             error=trial.error,
-            history=list(trial.history),
+            history=trial.history,
             trial_id=trial.trial_id,
             trial_name=trial.trial_name,
             status=trial.status.value,
@@ -113,7 +118,7 @@ class Result:
         """Every report of the trial, one row each (pandas)."""
         import pandas as pd
 
-        return pd.DataFrame(self._history)
+        return pd.DataFrame(list(self._history))
 
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.metrics.items() if not isinstance(v, (dict, list))}

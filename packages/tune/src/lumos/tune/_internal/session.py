@@ -67,6 +67,11 @@ class TrialSpec:
         start_iteration: Reports already counted (the checkpoint's iteration).
         dir_name: The trial's directory in the experiment (default: ``trial_name``).
         pbt_last_look: Population-based training: ``time_attr`` at the trial's last look.
+        nested_run_name: The run name a Train run in the trial gets by default: ``train``,
+            then ``train-pbt<k>`` after the trial's k-th exploit (a fresh run that starts
+            from the cloned checkpoint instead of resuming its own state).
+        resources: The trial's own Ray resources (``with_resources(trainable, fn)``);
+            ``None``: the sweep's.
     """
 
     trial_id: str
@@ -77,6 +82,8 @@ class TrialSpec:
     start_iteration: int = 0
     dir_name: str = ""
     pbt_last_look: float = 0.0
+    nested_run_name: str = "train"
+    resources: dict[str, float] | None = None
 
     @property
     def directory(self) -> str:
@@ -153,7 +160,8 @@ class TrialContext:
 
     def get_trial_resources(self) -> dict[str, float]:
         """The Ray resources the trial's actor reserved."""
-        return dict(self._sweep.resources)
+        own = self._spec.resources
+        return dict(own if own is not None else self._sweep.resources)
 
     def get_attempt(self) -> int:
         """0 for the first run of the trial, 1 for its first retry, ..."""
@@ -184,7 +192,15 @@ class TrialSession:
         """The driver asked the trial to stop, or it reached a ``stop`` bound."""
         return self._reached_stop or self._session.stop_requested
 
-    def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+    def report(
+        self,
+        metrics: Mapping[str, Any],
+        checkpoint: Checkpoint | None = None,
+        *,
+        nested_checkpoint: str | None = None,
+    ) -> None:
+        """One report; ``nested_checkpoint``: the URL of a checkpoint a nested Train run
+        committed with these metrics (see :meth:`report_nested`)."""
         if self.should_stop:
             self.stop_event.set()
             raise pruned_error(
@@ -203,6 +219,8 @@ class TrialSession:
             dir_name = None
             if checkpoint is not None:
                 dir_name = self._commit(checkpoint, row, it)
+            elif nested_checkpoint is not None:
+                dir_name = self._nested_dir(nested_checkpoint)
             self._reached_stop = self._reached_stop or _reaches(row, self.sweep.stop)
             if not self._look_due(row):
                 self._session.emit((it, row, dir_name))
@@ -229,9 +247,27 @@ class TrialSession:
         self._last_look = float(value)
         return True
 
+    def report_nested(self, metrics: dict[str, Any], checkpoint_url: str) -> None:
+        """A nested Train run committed ``checkpoint_url`` with ``metrics`` (its
+        ``JobContext.report_checkpoint``): the trial reports both, so the checkpoint is
+        the trial's latest (``Result.checkpoint``, a retry's resume point, a PBT donor's)."""
+        self.report(metrics, nested_checkpoint=checkpoint_url)
+
+    def _nested_dir(self, url: str) -> str | None:
+        """``url`` relative to the trial's directory (``train/checkpoint_000002``); None
+        when the nested run writes elsewhere (the trial cannot name it then)."""
+        base = self.context.get_trial_dir().rstrip("/") + "/"
+        if not url.startswith(base):
+            return None
+        self._checkpoint_dir = url[len(base) :]
+        return self._checkpoint_dir
+
     def get_checkpoint(self) -> Checkpoint | None:
         if self._checkpoint_dir is None:
             return None
+        if "/" in self._checkpoint_dir:  # a nested run's checkpoint
+            storage = self.context.get_storage()
+            return Checkpoint(f"{self.context.get_trial_dir()}/{self._checkpoint_dir}", storage.fs)
         return self.context.get_storage().checkpoint(self._checkpoint_dir)
 
     # -- internals -----------------------------------------------------------------------
@@ -402,7 +438,13 @@ class TrialRunner:
             stop_error=lambda: pruned_error(
                 f"trial {spec.trial_name!r} was ended early by the driver"
             ),
-            resources_hint={"trial_resources": dict(self.sweep.resources)},
+            resources_hint={"trial_resources": session.context.get_trial_resources()},
+            id=spec.trial_id,
+            report_checkpoint=session.report_nested,
+            starting_checkpoint=(
+                f"{trial_uri}/{spec.checkpoint_dir}" if spec.checkpoint_dir else None
+            ),
+            nested_run_name=spec.nested_run_name,
         )
         with _activate(session), job_context.running(ctx):
             try:

@@ -137,6 +137,7 @@ class Trial:
         end_time: When it ended, 0 while it has not.
         exploits: Every time population-based training made it clone another trial.
         dir_name: The trial's directory in the experiment (``trial_dirname_creator``'s).
+        trainable_name: The trial function's name (Ray's ``Trial.trainable_name``).
     """
 
     number: int
@@ -158,6 +159,7 @@ class Trial:
     end_time: float
     exploits: tuple[ExploitRecord, ...] = ()
     dir_name: str = ""
+    trainable_name: str = ""
 
     @property
     def error(self) -> TrialError | None:
@@ -170,11 +172,12 @@ class Trial:
         return f"Trial({self.trial_name}, {self.status.value}, config={self.config!r})"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LiveTrial:
     """The driver's mutable record of one trial (see :class:`Trial` for the fields).
 
-    Only the controller (and the restore of an experiment) changes it.
+    Only the controller (and the restore of an experiment) changes it. Slotted: a
+    sweep of 10,000 trials keeps 10,000 of them.
     """
 
     number: int
@@ -200,14 +203,16 @@ class LiveTrial:
     end_time: float = 0.0
     exploits: list[ExploitRecord] = field(default_factory=list)
     dir_name: str = ""
+    trainable_name: str = ""
 
     def __post_init__(self) -> None:
         if not self.trial_id:
             self.trial_id = trial_id(self.number)
+        default = trial_name(self.number)  # one string for both names
         if not self.trial_name:
-            self.trial_name = trial_name(self.number)
+            self.trial_name = default
         if not self.dir_name:
-            self.dir_name = trial_name(self.number)
+            self.dir_name = default
 
     @property
     def error(self) -> TrialErrorRecord | None:
@@ -250,6 +255,7 @@ class LiveTrial:
             end_time=self.end_time,
             exploits=tuple(self.exploits),
             dir_name=self.dir_name,
+            trainable_name=self.trainable_name,
         )
 
     def __repr__(self) -> str:
@@ -259,3 +265,33 @@ class LiveTrial:
 def snapshots(trials: Sequence[LiveTrial]) -> list[Trial]:
     """Frozen snapshots of ``trials``, in order."""
     return [t.snapshot() for t in trials]
+
+
+class SnapshotsView(Sequence[Trial]):
+    """The first ``len(trials)`` trials (as they are now), snapshotted only when read:
+    Ray-style callback hooks get every trial as ``trials`` at each event, which must
+    not cost O(trials) per event in a 10,000-trial sweep."""
+
+    __slots__ = ("_length", "_trials")
+
+    def __init__(self, trials: list[LiveTrial]) -> None:
+        self._trials = trials
+        self._length = len(trials)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Trial: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Trial]: ...
+
+    def __getitem__(self, index: int | slice) -> Trial | list[Trial]:
+        if isinstance(index, slice):
+            return [t.snapshot() for t in self._trials[: self._length][index]]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("trial index out of range")
+        return self._trials[index].snapshot()

@@ -12,7 +12,7 @@ from fsspec import AbstractFileSystem
 
 from lumos.runtime import PoolFactory, WorkerPoolProtocol, ensure_ray
 from lumos.storage import RunStorage
-from lumos.tune._internal.callbacks import Callback
+from lumos.tune._internal.callbacks import Callback, setup_callbacks
 from lumos.tune._internal.config import RunConfig, TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
 from lumos.tune._internal.errors import TuneConfigError, TuneError, TuneTypeError
@@ -36,13 +36,18 @@ from lumos.tune._internal.tuner_state import (
     save_tuner_state,
     split_experiment_path,
 )
-from lumos.tune._internal.wrappers import unwrap_resources
+from lumos.tune._internal.wrappers import unwrap_resources, unwrap_resources_fn
 
 logger = logging.getLogger("lumos.tune")
 
 
+def trainable_name(trainable: Callable[..., Any]) -> str:
+    """The trial function's name (Ray's ``Trial.trainable_name``)."""
+    return str(getattr(trainable, "__name__", type(trainable).__name__))
+
+
 def _default_name(trainable: Callable[..., Any]) -> str:
-    base = getattr(trainable, "__name__", type(trainable).__name__)
+    base = trainable_name(trainable)
     base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._-") or "tune"
     return f"{base}-{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
 
@@ -354,11 +359,18 @@ class _Sweep:
             TrialRunner(tuner.trainable, sweep),
             available_resources=tuner._available_resources(),
             resources=resources,
+            resources_fn=unwrap_resources_fn(tuner.trainable),
         )
         if rc.verbose > 0:
             self.reporter = self._reporter(exp)
-        for cb in self.callbacks:
-            cb.setup(storage.uri, storage.fs)
+        setup_callbacks(
+            self.callbacks,
+            storage.uri,
+            storage.fs,
+            stop=tc.stop,
+            num_samples=tc.num_samples,
+            total_num_samples=target,
+        )
         self.controller = TuneController(
             exp,
             tuner.space,
@@ -372,6 +384,7 @@ class _Sweep:
             callbacks=self.callbacks,
             progress=self.reporter,
             resources=resources,
+            trainable_name=trainable_name(tuner.trainable),
         )
         return self.controller
 

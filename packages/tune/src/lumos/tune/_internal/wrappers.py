@@ -73,61 +73,97 @@ def with_parameters(trainable: Trainable, **objects: Any) -> WithParameters:
     return WithParameters(as_function(trainable), refs)
 
 
-class WithResources:
-    """A trainable that names the Ray resources each of its trials reserves."""
+ResourcesFn = Callable[[dict[str, Any]], Any]
 
-    def __init__(self, trainable: Trainable, resources: dict[str, float]) -> None:
+
+class WithResources:
+    """A trainable that names the Ray resources each of its trials reserves: one dict,
+    or a function of the trial's config (``resources_fn``)."""
+
+    def __init__(
+        self,
+        trainable: Trainable,
+        resources: dict[str, float],
+        resources_fn: ResourcesFn | None = None,
+    ) -> None:
         self.trainable = trainable
         self.resources = resources
+        self.resources_fn = resources_fn
         self.__name__ = getattr(trainable, "__name__", type(trainable).__name__)
 
     def __call__(self, config: dict[str, Any], **objects: Any) -> Any:
         return self.trainable(config, **objects)
 
     def __repr__(self) -> str:
-        return f"with_resources({self.__name__}, {self.resources})"
+        shape = self.resources_fn if self.resources_fn is not None else self.resources
+        return f"with_resources({self.__name__}, {shape})"
 
 
-def with_resources(trainable: Trainable, resources: Mapping[str, float] | float) -> WithResources:
-    """Set the Ray resources each trial reserves (``{"CPU": 2, "GPU": 1}``, or a CPU count).
+def with_resources(
+    trainable: Trainable, resources: Mapping[str, float] | float | ResourcesFn
+) -> WithResources:
+    """Set the Ray resources each trial reserves (``{"CPU": 2, "GPU": 1}``, or a CPU count),
+    or a function ``config -> resources`` giving each trial its own.
 
-    The same as ``TuneConfig(trial_resources=...)``; giving both with different values
-    is an error. A function ``config -> resources`` (Ray's per-config form) is not
-    supported yet: lumos reuses one actor shape for every trial of a sweep.
+    A dict is the same as ``TuneConfig(trial_resources=...)``; giving both with
+    different values is an error. With a function, each trial's actor gets what the
+    function returns for its config; trials of equal resources reuse each other's
+    actors, an idle actor of another shape is released to make room.
 
     Example:
         >>> tuner = tune.Tuner(tune.with_resources(objective, {"CPU": 2}), param_space=...)
+        >>> tuner = tune.Tuner(
+        ...     tune.with_resources(objective, lambda config: {"CPU": config["workers"]}),
+        ...     param_space={"workers": tune.choice([1, 2])})
     """
     if not callable(trainable):
         raise TuneTypeError(f"with_resources(trainable={trainable!r}): give the trial function")
     if callable(resources):
-        raise TuneConfigError(
-            "with_resources(trainable, resources=<function>): a per-config resource function "
-            "is not supported yet (a sweep's trials share one actor shape); give a dict "
-            "such as {'CPU': 2, 'GPU': 1}"
-        )
+        return WithResources(as_function(trainable), {}, resources_fn=resources)
+    return WithResources(as_function(trainable), resource_shape(resources, "with_resources"))
+
+
+def resource_shape(resources: Any, where: str) -> dict[str, float]:
+    """``resources`` (a dict in Ray's or lumos's spelling, or a CPU count) as a checked
+    resource dict; ``where`` names the call in the error message."""
     if isinstance(resources, bool) or not isinstance(resources, (Mapping, int, float)):
         raise TuneConfigError(
-            f"with_resources(resources={resources!r}): give a dict such as {{'CPU': 2}} "
+            f"{where}(resources={resources!r}): give a dict such as {{'CPU': 2}} "
             "or a number of CPUs"
         )
     if isinstance(resources, Mapping):
         # Ray's spelling: {"cpu": 1, "gpu": 0} means CPU and GPU.
-        shape = {_RAY_NAMES.get(k, k): float(v) for k, v in resources.items()}
+        shape: dict[str, float] = {
+            _RAY_NAMES.get(str(k), str(k)): float(v) for k, v in resources.items()
+        }
     else:
         shape = {"CPU": float(resources)}
-    validate_resources(shape, "with_resources(resources)", allow_zero=True)
-    return WithResources(as_function(trainable), {k: float(v) for k, v in shape.items()})
+    validate_resources(shape, f"{where}(resources)", allow_zero=True)
+    return shape
 
 
 _RAY_NAMES = {"cpu": "CPU", "gpu": "GPU"}
 
 
 def unwrap_resources(trainable: Trainable) -> dict[str, float] | None:
-    """The resources ``with_resources`` attached (through ``with_parameters`` too), or None."""
+    """The resources ``with_resources`` attached (through ``with_parameters`` too), or None
+    (also when they are a function of the config: see :func:`unwrap_resources_fn`)."""
+    found = _with_resources(trainable)
+    if found is None or found.resources_fn is not None:
+        return None
+    return dict(found.resources)
+
+
+def unwrap_resources_fn(trainable: Trainable) -> ResourcesFn | None:
+    """The ``config -> resources`` function ``with_resources`` attached, or None."""
+    found = _with_resources(trainable)
+    return found.resources_fn if found is not None else None
+
+
+def _with_resources(trainable: Trainable) -> WithResources | None:
     while True:
         if isinstance(trainable, WithResources):
-            return dict(trainable.resources)
+            return trainable
         if isinstance(trainable, WithParameters):
             trainable = trainable.trainable
             continue
