@@ -93,7 +93,7 @@ def runtime(session: nox.Session) -> None:
 @nox.session
 def train(session: nox.Session) -> None:
     """lumos-train alone (with its [data] extra): proves it works without optuna."""
-    _install(session, STORAGE, RUNTIME, f"{TRAIN}[test,data]")
+    _install(session, STORAGE, RUNTIME, f"{TRAIN}[test,data,lightning,transformers,mlflow,wandb]")
     _assert_missing(session, "optuna")
     _assert_missing(session, "lumos.tune")
     _pytest(session, "packages/train/tests", "--ignore=packages/train/tests/cluster")
@@ -104,7 +104,7 @@ def train(session: nox.Session) -> None:
 @nox.session
 def tune(session: nox.Session) -> None:
     """lumos-tune alone: proves it installs and works without torch."""
-    _install(session, STORAGE, RUNTIME, f"{TUNE}[test]")
+    _install(session, STORAGE, RUNTIME, f"{TUNE}[test,mlflow,wandb]")
     _assert_missing(session, "torch")
     _assert_missing(session, "lumos.train")
     _pytest(session, "packages/tune/tests")
@@ -115,8 +115,8 @@ def _install_all(session: nox.Session, *extra: str) -> None:
         session,
         f"{STORAGE}[test]",
         f"{RUNTIME}[test]",
-        f"{TRAIN}[test]",
-        f"{TUNE}[test]",
+        f"{TRAIN}[test,lightning,transformers,mlflow,wandb]",
+        f"{TUNE}[test,mlflow,wandb]",
         "scikit-learn",
         *extra,
     )
