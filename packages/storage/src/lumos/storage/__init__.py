@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         MissingBackendError as MissingBackendError,
         RunStateError as RunStateError,
         StorageError as StorageError,
+        StorageIOError as StorageIOError,
         StorageUsageError as StorageUsageError,
     )
     from lumos.storage._internal.filesystem import (
@@ -48,6 +49,13 @@ if TYPE_CHECKING:
         CheckpointConfig as CheckpointConfig,
         RetentionPolicy as RetentionPolicy,
     )
+    from lumos.storage._internal.retry import (
+        RetryPolicy as RetryPolicy,
+        get_retry_policy as get_retry_policy,
+        is_transient as is_transient,
+        retry_call as retry_call,
+        set_retry_policy as set_retry_policy,
+    )
     from lumos.storage._internal.run_storage import (
         RunStorage as RunStorage,
     )
@@ -62,6 +70,7 @@ _ERRORS = "lumos.storage._internal.errors"
 _FILESYSTEM = "lumos.storage._internal.filesystem"
 _JSONABLE = "lumos.storage._internal.jsonable"
 _RETENTION = "lumos.storage._internal.retention"
+_RETRY = "lumos.storage._internal.retry"
 _STATE = "lumos.storage._internal.state"
 
 _LAZY: dict[str, str] = {
@@ -71,6 +80,7 @@ _LAZY: dict[str, str] = {
     "MissingBackendError": _ERRORS,
     "RunStateError": _ERRORS,
     "StorageError": _ERRORS,
+    "StorageIOError": _ERRORS,
     "StorageUsageError": _ERRORS,
     "is_local": _FILESYSTEM,
     "resolve_filesystem": _FILESYSTEM,
@@ -80,6 +90,11 @@ _LAZY: dict[str, str] = {
     "validate_name": "lumos.storage._internal.names",
     "CheckpointConfig": _RETENTION,
     "RetentionPolicy": _RETENTION,
+    "RetryPolicy": _RETRY,
+    "get_retry_policy": _RETRY,
+    "is_transient": _RETRY,
+    "retry_call": _RETRY,
+    "set_retry_policy": _RETRY,
     "RunStorage": "lumos.storage._internal.run_storage",
     "AttemptRecord": _STATE,
     "CheckpointRecord": _STATE,

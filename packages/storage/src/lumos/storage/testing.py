@@ -1,6 +1,9 @@
-"""Test helpers: a real S3 API (moto's server) on loopback, for this and other packages.
+"""Test helpers for this and other packages.
 
-Needs the ``test`` extra (``pip install 'lumos-storage[test]'``): moto[server] and s3fs.
+* ``s3_server``: a real S3 API (moto's server) on loopback. Needs the ``test`` extra
+  (``pip install 'lumos-storage[test]'``): moto[server] and s3fs.
+* ``FaultyFileSystem``: an fsspec filesystem that wraps another one and fails a seeded
+  fraction of its operations, for chaos tests of anything that stores runs.
 
 Example:
     >>> from lumos.storage.testing import s3_server
@@ -21,6 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsspec import AbstractFileSystem
+
+from lumos.storage._internal.faults import (
+    FAULT_KINDS as FAULT_KINDS,
+    FAULTS_ENV as FAULTS_ENV,
+    FAULTS_FILE_ENV as FAULTS_FILE_ENV,
+    FaultyFileSystem as FaultyFileSystem,
+    read_fault_records as read_fault_records,
+)
 
 DUMMY_KEY = "lumos-testing"
 DUMMY_SECRET = "lumos-testing-secret"

@@ -98,3 +98,85 @@ class MissingBackendError(StorageError, ImportError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.protocol, self.message))
+
+
+class StorageIOError(StorageError, OSError):
+    """A storage operation failed: a permanent error, or transient errors past the retry budget.
+
+    Committed state is untouched: the operation either happened whole or not at all
+    (a state write is one atomic put or rename).
+
+    Attributes:
+        operation: What was done (``"write"``, ``"read"``, ``"list"``, ``"rename"``, ...).
+        path: Where.
+        cause: The last underlying error (``"PermissionError: ..."``).
+        transient: Whether that error was transient (then retries ran out).
+        attempts: How many attempts were made.
+        elapsed_s: Seconds from the first attempt to giving up.
+        policy: The retry policy in force, as ``key=value`` pairs.
+    """
+
+    def __init__(
+        self,
+        operation: str,
+        path: str,
+        cause: str,
+        *,
+        transient: bool = False,
+        attempts: int = 1,
+        elapsed_s: float = 0.0,
+        policy: str = "",
+    ) -> None:
+        self.operation = operation
+        self.path = path
+        self.cause = cause
+        self.transient = transient
+        self.attempts = attempts
+        self.elapsed_s = elapsed_s
+        self.policy = policy
+        if transient:
+            why = (
+                f"transient errors persisted through {attempts} attempts over {elapsed_s:.1f}s "
+                f"(retry policy: {policy}; raise its limits with the LUMOS_STORAGE_RETRY "
+                "environment variable or lumos.storage.set_retry_policy)"
+            )
+        else:
+            why = (
+                "a permanent error, not retried (check credentials and permissions, that the "
+                "bucket and path exist, and the storage settings)"
+            )
+        super().__init__(f"Storage {operation} failed on {path!r}: {cause}; {why}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_io_error,
+            (
+                self.operation,
+                self.path,
+                self.cause,
+                self.transient,
+                self.attempts,
+                self.elapsed_s,
+                self.policy,
+            ),
+        )
+
+
+def _rebuild_io_error(
+    operation: str,
+    path: str,
+    cause: str,
+    transient: bool,
+    attempts: int,
+    elapsed_s: float,
+    policy: str,
+) -> StorageIOError:
+    return StorageIOError(
+        operation,
+        path,
+        cause,
+        transient=transient,
+        attempts=attempts,
+        elapsed_s=elapsed_s,
+        policy=policy,
+    )

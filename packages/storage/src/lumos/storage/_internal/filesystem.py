@@ -15,6 +15,7 @@ from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from lumos.storage._internal.errors import MissingBackendError
+from lumos.storage._internal.retry import retry_call
 
 # Extras of lumos-storage that install a protocol's backend.
 _EXTRAS: dict[str, tuple[str, str]] = {
@@ -133,28 +134,37 @@ def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes) -> None:
 
     Local disk: a temporary file in the same directory, flushed and fsynced,
     then ``os.replace`` and an fsync of the directory. Object stores: one put
-    of the whole object, which is atomic there.
+    of the whole object, which is atomic there. Transient errors retry the whole
+    write (a new temporary file, or the same put again).
+
+    Raises:
+        StorageIOError: A permanent error or transient errors past the retry budget;
+            ``path`` then still holds its previous content (or nothing).
     """
     if is_local(fs):
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_dir(directory)
+        retry_call("write", path, functools.partial(_local_atomic_write, path, data))
     else:
-        fs.pipe_file(path, data)
+        retry_call("write", path, functools.partial(fs.pipe_file, path, data))
         invalidate(fs, path)
+
+
+def _local_atomic_write(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory: str) -> None:
@@ -170,19 +180,36 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def read_bytes(fs: AbstractFileSystem, path: str) -> bytes | None:
-    """The content of ``path`` or None when it does not exist."""
-    if is_local(fs):
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+    """The content of ``path`` or None when it does not exist (transient errors retried)."""
+    read: Callable[[], Any] = (
+        functools.partial(_read_local, path)
+        if is_local(fs)
+        else functools.partial(fs.cat_file, path)
+    )
     try:
-        data = fs.cat_file(path)
+        data = retry_call("read", path, read, passthrough=(FileNotFoundError,))
     except FileNotFoundError:
         return None
     return bytes(data)
+
+
+def call(operation: str, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with transient errors retried (see ``retry_call``).
+
+    ``FileNotFoundError`` passes through unchanged for the caller to handle.
+    """
+    return retry_call(
+        operation,
+        path,
+        functools.partial(fn, *args, **kwargs),
+        passthrough=(FileNotFoundError,),
+    )
 
 
 def local_files(local_dir: str) -> list[str]:
@@ -255,16 +282,17 @@ def upload_dir(
             if d:
                 os.makedirs(os.path.join(dest, d), exist_ok=True)
     else:
-        fs.makedirs(dest, exist_ok=True)
+        retry_call("mkdir", dest, functools.partial(fs.makedirs, dest, exist_ok=True))
 
     def copy_one(rel: str) -> None:
+        # One file = one idempotent operation: a retry copies (puts) the whole file again.
         src = os.path.join(local_dir, rel)
         dst = join(dest, rel)
         if local:
             if os.path.abspath(src) != os.path.abspath(dst):
-                shutil.copyfile(src, dst)
+                retry_call("upload", dst, functools.partial(shutil.copyfile, src, dst))
         else:
-            fs.put_file(src, dst)
+            retry_call("upload", dst, functools.partial(fs.put_file, src, dst))
         if on_file_done is not None:
             on_file_done(rel)
 
@@ -296,11 +324,11 @@ def download_dir(
         if not os.path.isdir(src):
             raise FileNotFoundError(src)
     else:
-        if not fs.isdir(src):
+        if not call("list", src, fs.isdir, src):
             raise FileNotFoundError(src)
         prefix = src.rstrip("/") + "/"
         pairs = []
-        for remote in sorted(fs.find(src, detail=False)):
+        for remote in sorted(call("list", src, fs.find, src, detail=False)):
             rel = remote[len(prefix) :] if remote.startswith(prefix) else os.path.basename(remote)
             pairs.append((remote, os.path.join(local_dir, *rel.split("/"))))
     for d in sorted({os.path.dirname(p[1]) for p in pairs}):
@@ -308,8 +336,158 @@ def download_dir(
 
     def fetch(remote: str, local_path: str) -> None:
         if is_local(fs):
-            shutil.copyfile(remote, local_path)
+            call("download", remote, shutil.copyfile, remote, local_path)
         else:
-            fs.get_file(remote, local_path)
+            call("download", remote, fs.get_file, remote, local_path)
 
     run_parallel([functools.partial(fetch, *p) for p in pairs], max_workers)
+
+
+# -- conditional writes (S3 If-None-Match / If-Match) -----------------------------
+
+
+class ConditionalWritesUnsupportedError(Exception):
+    """The store rejected a precondition header (it has no conditional writes)."""
+
+
+def conditional_backend(fs: AbstractFileSystem) -> AbstractFileSystem | None:
+    """The s3fs filesystem behind ``fs`` (itself or wrapped by ``FaultyFileSystem``), else None.
+
+    Only S3 (through s3fs) is known to offer ``If-None-Match: *`` and ``If-Match``
+    on PUT; other stores fall back to write-then-read-back.
+    """
+    current: Any = fs
+    for _ in range(8):
+        if type(current).__module__.split(".", 1)[0] == "s3fs":
+            return current
+        # A wrapper (FaultyFileSystem) names what it wraps.
+        inner = getattr(type(current), "wrapped_filesystem", None)
+        if inner is None:
+            return None
+        current = current.wrapped_filesystem
+    return None
+
+
+def _error_codes(exc: BaseException) -> tuple[set[str], set[int]]:
+    codes: set[str] = set()
+    statuses: set[int] = set()
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            if isinstance(error, dict) and error.get("Code"):
+                codes.add(str(error["Code"]))
+            meta = response.get("ResponseMetadata") or {}
+            if isinstance(meta, dict) and isinstance(meta.get("HTTPStatusCode"), int):
+                statuses.add(int(meta["HTTPStatusCode"]))
+        current = current.__cause__ or current.__context__
+    return codes, statuses
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    if isinstance(exc, FileExistsError):
+        return True
+    codes, statuses = _error_codes(exc)
+    return bool(
+        codes & {"PreconditionFailed", "ConditionalRequestConflict"} or statuses & {409, 412}
+    )
+
+
+def _unsupported(exc: BaseException) -> bool:
+    codes, statuses = _error_codes(exc)
+    # 501, or a 400 naming the header as invalid: S3-compatible stores without preconditions.
+    return bool(codes & {"NotImplemented", "InvalidArgument", "InvalidRequest"} or statuses & {501})
+
+
+def read_with_etag(fs: AbstractFileSystem, path: str) -> tuple[bytes | None, str | None]:
+    """``(content, etag)`` of ``path``; ``(None, None)`` when it does not exist.
+
+    The ETag is read first: if the object changes between the two reads, a write
+    conditioned on that ETag fails, so acting on the pair is safe.
+    """
+    invalidate(fs, path)
+    try:
+        info = call("list", path, fs.info, path)
+    except FileNotFoundError:
+        return None, None
+    etag = info.get("ETag") or info.get("etag")
+    data = read_bytes(fs, path)
+    if data is None:
+        return None, None
+    return data, None if etag is None else str(etag)
+
+
+def _conditional_put(fs: AbstractFileSystem, path: str, data: bytes, **kwargs: Any) -> bool:
+    def put() -> bool:
+        try:
+            fs.pipe_file(path, data, **kwargs)
+        except Exception as exc:
+            if _unsupported(exc):
+                raise ConditionalWritesUnsupportedError(str(exc)) from exc
+            if _precondition_failed(exc) or (
+                isinstance(exc, FileNotFoundError) and "IfMatch" in kwargs
+            ):
+                return False
+            raise
+        return True
+
+    try:
+        return retry_call(
+            "conditional write", path, put, passthrough=(ConditionalWritesUnsupportedError,)
+        )
+    finally:
+        invalidate(fs, path)
+
+
+def put_if_absent(fs: AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists (``If-None-Match: *``); False if it did.
+
+    A retried put whose first try landed reports False: read the object back to tell.
+
+    Raises:
+        ConditionalWritesUnsupportedError: The store does not implement the header.
+    """
+    return _conditional_put(fs, path, data, mode="create")
+
+
+def put_if_match(fs: AbstractFileSystem, path: str, data: bytes, etag: str) -> bool:
+    """Replace ``path`` with ``data`` if its ETag is still ``etag`` (``If-Match``); else False.
+
+    Raises:
+        ConditionalWritesUnsupportedError: The store does not implement the header.
+    """
+    return _conditional_put(fs, path, data, IfMatch=etag)
+
+
+def delete_if_match(fs: AbstractFileSystem, path: str, etag: str) -> bool:
+    """Delete ``path`` if its ETag is still ``etag``; False if it changed or is gone.
+
+    Falls back to a plain delete where the store has no conditional delete.
+    """
+    backend = conditional_backend(fs)
+    if backend is None:
+        raise ConditionalWritesUnsupportedError(f"{type(fs).__name__} has no conditional delete")
+    bucket, key, _version = backend.split_path(path)
+
+    def delete() -> bool:
+        try:
+            backend.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=etag)
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            if _precondition_failed(exc):
+                return False
+            if _unsupported(exc):
+                raise ConditionalWritesUnsupportedError(str(exc)) from exc
+            raise
+        return True
+
+    try:
+        return retry_call(
+            "conditional delete", path, delete, passthrough=(ConditionalWritesUnsupportedError,)
+        )
+    finally:
+        invalidate(fs, path)

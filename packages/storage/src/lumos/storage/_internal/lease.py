@@ -67,8 +67,12 @@ class Lease:
     pid and an expiry time. It is stale (and can be taken over) once it
     expired because its holder stopped renewing, or at once when the holder
     ran on this host and its process is gone. On local disk check-and-write
-    runs under an ``flock`` so it is atomic between processes; object stores
-    offer no compare-and-swap, so there it is write-then-read-back (best effort).
+    runs under an ``flock`` so it is atomic between processes. On S3 (s3fs) the
+    lease is created with a conditional PUT (``If-None-Match: *``) and renewed,
+    taken over and deleted only if its ETag is still the one just read
+    (``If-Match``), so two drivers can never both hold it. Stores without
+    conditional writes (and S3-compatible stores that reject the headers) fall back
+    to write-then-read-back, which is best effort.
 
     Example:
         >>> with storage.acquire_lease(ttl_s=30) as lease:   # doctest: +SKIP
@@ -100,6 +104,8 @@ class Lease:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # None: unknown yet; False: the store has no conditional writes (fall back).
+        self._conditional: bool | None = None if fsu.conditional_backend(fs) else False
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -139,14 +145,12 @@ class Lease:
         }
 
     def _read(self) -> dict[str, Any] | None:
-        data = fsu.read_bytes(self._fs, self._path)
-        if data is None:
-            return None
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            return None  # a torn or foreign file does not protect anything
-        return doc if isinstance(doc, dict) else None
+        return _parse(fsu.read_bytes(self._fs, self._path))
+
+    def _read_versioned(self) -> tuple[bool, dict[str, Any] | None, str | None]:
+        """``(exists, document or None when unreadable, etag)``."""
+        data, etag = fsu.read_with_etag(self._fs, self._path)
+        return data is not None, _parse(data), etag
 
     def _is_live(self, doc: dict[str, Any]) -> bool:
         if float(doc.get("expires_at", 0.0)) <= self._clock():
@@ -166,6 +170,14 @@ class Lease:
         )
 
     def _acquire(self) -> None:
+        if self._conditional is not False:
+            try:
+                self._acquire_conditional()
+                self._conditional = True
+                return
+            except fsu.ConditionalWritesUnsupportedError as exc:
+                logger.info("No conditional writes on %s (%s); lease is best effort", self.run, exc)
+                self._conditional = False
         with self._exclusive():
             current = self._read()
             if (
@@ -185,6 +197,64 @@ class Lease:
                 f"pid={other.get('pid', '?')}). Only one driver may write a run.",
             )
 
+    def _acquire_conditional(self) -> None:
+        """Create the lease (If-None-Match) or take a stale one over (If-Match on its ETag)."""
+        for _ in range(5):
+            exists, current, etag = self._read_versioned()
+            payload = json.dumps(self._doc()).encode()
+            if not exists:
+                # True: created. False: someone created it meanwhile, or our own retried
+                # put landed. Either way the read-back decides (it also catches an
+                # S3-compatible store that ignores the header).
+                fsu.put_if_absent(self._fs, self._path, payload)
+                back = self._read()
+                if back is not None and back.get("token") == self.token:
+                    return
+                continue
+            if (
+                current is not None
+                and current.get("token") != self.token
+                and self._is_live(current)
+            ):
+                raise self._error(current)
+            if etag is None:
+                raise fsu.ConditionalWritesUnsupportedError("the store returned no ETag")
+            fsu.put_if_match(self._fs, self._path, payload, etag)
+            back = self._read()
+            if back is not None and back.get("token") == self.token:
+                return  # ours (a retried put whose first try landed included)
+        other = self._read() or {}
+        raise self._error(
+            other,
+            f"Run {self.run!r}: another driver acquired the lease at the same time "
+            f"(holder={other.get('holder', '?')!r}, host={other.get('host', '?')!r}, "
+            f"pid={other.get('pid', '?')}). Only one driver may write a run.",
+        )
+
+    def _lost(self, current: dict[str, Any]) -> LeaseHeldError:
+        return self._error(
+            current,
+            f"Lost the lease of run {self.run!r}: it expired and was taken over by "
+            f"holder={current.get('holder')!r} (host={current.get('host')!r}, "
+            f"pid={current.get('pid')}). Renew more often than ttl_s={self.ttl_s}.",
+        )
+
+    def _renew_conditional(self) -> None:
+        exists, current, etag = self._read_versioned()
+        if exists and current is not None and current.get("token") != self.token:
+            raise self._lost(current)
+        payload = json.dumps(self._doc()).encode()
+        if not exists:
+            ok = fsu.put_if_absent(self._fs, self._path, payload)
+        elif etag is None:
+            raise fsu.ConditionalWritesUnsupportedError("the store returned no ETag")
+        else:
+            ok = fsu.put_if_match(self._fs, self._path, payload, etag)
+        if not ok:
+            back = self._read()
+            if back is None or back.get("token") != self.token:
+                raise self._lost(back or {})
+
     # -- public ---------------------------------------------------------------
     @property
     def released(self) -> bool:
@@ -200,14 +270,12 @@ class Lease:
         with self._lock, self._exclusive():
             if self._released:
                 raise RuntimeError(f"lease of run {self.run!r} was already released")
+            if self._conditional:
+                self._renew_conditional()
+                return
             current = self._read()
             if current is not None and current.get("token") != self.token:
-                raise self._error(
-                    current,
-                    f"Lost the lease of run {self.run!r}: it expired and was taken over by "
-                    f"holder={current.get('holder')!r} (host={current.get('host')!r}, "
-                    f"pid={current.get('pid')}). Renew more often than ttl_s={self.ttl_s}.",
-                )
+                raise self._lost(current)
             fsu.atomic_write_bytes(self._fs, self._path, json.dumps(self._doc()).encode())
 
     def start_renewing(self, interval_s: float | None = None) -> None:
@@ -238,10 +306,18 @@ class Lease:
             if self._released:
                 return
             self._released = True
+            if self._conditional:
+                _, current, etag = self._read_versioned()
+                if current is not None and current.get("token") == self.token and etag:
+                    try:
+                        fsu.delete_if_match(self._fs, self._path, etag)
+                        return
+                    except fsu.ConditionalWritesUnsupportedError:
+                        pass  # no conditional delete: a plain one below
             current = self._read()
             if current is not None and current.get("token") == self.token:
                 try:
-                    self._fs.rm_file(self._path)
+                    fsu.call("delete", self._path, self._fs.rm_file, self._path)
                 except FileNotFoundError:
                     pass
                 fsu.invalidate(self._fs, self._path)
@@ -259,3 +335,13 @@ class Lease:
 
     def __repr__(self) -> str:
         return f"Lease(run={self.run!r}, holder={self.holder!r}, ttl_s={self.ttl_s})"
+
+
+def _parse(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None  # a torn or foreign file does not protect anything
+    return doc if isinstance(doc, dict) else None

@@ -101,7 +101,7 @@ class RunStorage:
     def exists(self) -> bool:
         """Whether the run has a state document."""
         fsu.invalidate(self.fs, self.state_dir)
-        return bool(self.fs.exists(self.state_path))
+        return bool(fsu.call("list", self.state_path, self.fs.exists, self.state_path))
 
     # -- checkpoints ----------------------------------------------------------
     def persist_directory(
@@ -269,15 +269,17 @@ class RunStorage:
         """
         src, dst = self.checkpoint_path(dir_name), self.checkpoint_path(new_name)
         fsu.invalidate(self.fs, src)
-        if not self.fs.exists(src):
+        if not fsu.call("list", src, self.fs.exists, src):
             return
         if fsu.is_local(self.fs):
-            os.replace(src, dst)
+            fsu.call("rename", src, os.replace, src, dst)
         else:  # file by file: object stores have no directories to move
+            # Each copy is idempotent, and the source goes only after every copy
+            # landed, so a retry (or a rerun after a failure) completes the move.
             base = self.fs._strip_protocol(src).rstrip("/")
-            for path in self.fs.find(src):
+            for path in fsu.call("list", src, self.fs.find, src):
                 rel = str(path)[len(base) :].lstrip("/")
-                self.fs.copy(path, fsu.join(dst, rel))
+                fsu.call("rename", str(path), self.fs.copy, path, fsu.join(dst, rel))
             self._rm_dir(src)
         fsu.invalidate(self.fs, src)
         fsu.invalidate(self.fs, dst)
@@ -293,7 +295,7 @@ class RunStorage:
 
     def _rm_dir(self, path: str) -> None:
         try:
-            self.fs.rm(path, recursive=True)
+            fsu.call("delete", path, self.fs.rm, path, recursive=True)
         except FileNotFoundError:
             pass
         fsu.invalidate(self.fs, path)
@@ -309,7 +311,7 @@ class RunStorage:
         keep = {STATE_DIR, *reserved, *(state.checkpoint_names() if state else ())}
         fsu.invalidate(self.fs, self.run_path)
         try:
-            entries = self.fs.ls(self.run_path, detail=True)
+            entries = fsu.call("list", self.run_path, self.fs.ls, self.run_path, detail=True)
         except FileNotFoundError:
             return []
         names: list[str] = []
@@ -383,7 +385,7 @@ class RunStorage:
         directory = fsu.join(self.state_dir, METRICS_DIR)
         fsu.invalidate(self.fs, directory)
         try:
-            files = self.fs.ls(directory, detail=False)
+            files = fsu.call("list", directory, self.fs.ls, directory, detail=False)
         except FileNotFoundError:
             return []
         names = [str(f).rsplit("/", 1)[-1] for f in files if str(f).endswith(".json")]

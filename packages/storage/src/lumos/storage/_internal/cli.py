@@ -1,0 +1,408 @@
+"""The ``lumos`` command: ``ls``, ``show`` and ``dashboard`` over stored runs.
+
+lumos-storage owns the command and the runs it knows (Train runs: any run state).
+A package that stores its own kind of run (lumos-tune: sweeps) registers a
+:class:`CliPlugin` in the ``lumos.cli`` entry point group, under the key its runs
+carry in ``RunState.extra``; the command loads it by name only when it meets such
+a run, so this module never imports that package.
+
+Exit codes: 0 done, 1 an error while reading (corrupt state, missing backend or
+plugin), 2 a usage error (a path that is not a lumos run, a bad option).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from lumos.storage._internal import run_view
+from lumos.storage._internal.errors import MissingBackendError, StorageError, StorageUsageError
+from lumos.storage._internal.jsonable import json_default
+from lumos.storage._internal.run_view import KNOWN_OWNERS, NotARunError, StoredRun
+
+ENTRY_POINT_GROUP = "lumos.cli"
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(StorageError):
+    """An error the ``lumos`` command reports as one line on stderr, with ``exit_code``.
+
+    Plugins raise it (or a subclass) for what the user can fix.
+
+    Args:
+        message: What went wrong and the way out.
+        exit_code: 1 (default) for an error while reading, 2 for a usage error.
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.exit_code))
+
+
+class PluginMissingError(CliError):
+    """A run was written by a package whose ``lumos`` plugin is not installed."""
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    """What ``lumos dashboard`` was asked for.
+
+    Attributes:
+        host: Interface to serve on (default ``127.0.0.1``: this machine only).
+        port: TCP port to serve on.
+        journal_file: Where to write the local copy of the study (None: a temporary file).
+        print_command: Only write the file and print the command that serves it.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    journal_file: str | None = None
+    print_command: bool = False
+
+
+class CliPlugin(abc.ABC):
+    """What a package adds to the ``lumos`` command for the runs it stores.
+
+    Register an instance in the ``lumos.cli`` entry point group under the key the
+    package's runs carry in ``RunState.extra`` (lumos-tune: ``tune``)::
+
+        [project.entry-points."lumos.cli"]
+        tune = "lumos.tune.cli:plugin"
+
+    Summaries and descriptions are JSON-able dicts: ``--json`` prints them as they are.
+
+    Attributes:
+        kind: What ``lumos ls`` calls these runs (``"sweep"``).
+    """
+
+    kind: str = "run"
+
+    @abc.abstractmethod
+    def summarize(self, run: StoredRun, metric: str | None, mode: str | None) -> dict[str, Any]:
+        """One ``lumos ls`` row: the keys of :func:`summarize_run` (``best`` may be None).
+
+        Args:
+            run: The stored run.
+            metric: The ``--metric`` asked for (None: the run's own).
+            mode: ``min``/``max`` asked for (None: the run's own).
+        """
+
+    @abc.abstractmethod
+    def describe(self, run: StoredRun) -> dict[str, Any]:
+        """Everything ``lumos show`` tells about the run."""
+
+    @abc.abstractmethod
+    def render(self, detail: dict[str, Any], console: Console) -> None:
+        """Print :meth:`describe`'s dict for people."""
+
+    def dashboard(self, run: StoredRun, options: DashboardOptions) -> int:
+        """Serve the run in a dashboard until interrupted; return the exit code.
+
+        Raises:
+            StorageUsageError: This kind of run has no dashboard (the default).
+        """
+        raise StorageUsageError(
+            f"{run.storage.uri!r} is a {self.kind}: `lumos dashboard` opens lumos-tune sweeps only"
+        )
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def plugin_for(
+    run: StoredRun, installed: Mapping[str, EntryPoint] | None = None
+) -> CliPlugin | None:
+    """The installed plugin that reads ``run``, None for a plain (Train) run.
+
+    Args:
+        run: The stored run.
+        installed: The ``lumos.cli`` entry points to choose from (default: those of
+            the installed distributions).
+
+    Raises:
+        PluginMissingError: The run was written by a package that is not installed.
+    """
+    owner = run.owner
+    if owner is None:
+        return None
+    ep = (_entry_points() if installed is None else installed).get(owner)
+    if ep is None:
+        kind, package = KNOWN_OWNERS[owner]
+        raise PluginMissingError(
+            f"{run.storage.uri!r} is a {package} {kind}: pip install {package} to read it"
+        )
+    plugin = ep.load()
+    if not isinstance(plugin, CliPlugin):
+        raise PluginMissingError(
+            f"the {ENTRY_POINT_GROUP!r} entry point {ep.name!r} = {ep.value!r} is not a "
+            f"lumos.storage.cli.CliPlugin instance (got {type(plugin).__name__})"
+        )
+    return plugin
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def _stdout() -> Console:
+    return Console(file=sys.stdout, soft_wrap=True, highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(file=sys.stderr, soft_wrap=True, highlight=False)
+
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout (what ``--json`` prints)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=json_default) + "\n")
+    sys.stdout.flush()
+
+
+def fmt_value(value: Any) -> str:
+    """A metric value for a table cell (floats to 5 significant digits)."""
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def fmt_best(best: dict[str, Any] | None) -> str:
+    """The ``best`` of a summary as ``loss=0.12 (min, report 7)``."""
+    if not best:
+        return ""
+    where = best.get("trial") or (
+        f"report {best['report']}" if best.get("report") is not None else ""
+    )
+    note = ", ".join(str(p) for p in (best.get("mode"), where) if p)
+    return f"{best['metric']}={fmt_value(best['value'])}" + (f" ({note})" if note else "")
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn lumos errors into a message on stderr and the exit code."""
+    try:
+        yield
+    except CliError as exc:
+        _stderr().print(f"lumos: error: {exc}", markup=False)
+        raise typer.Exit(exc.exit_code) from exc
+    except (NotARunError, StorageUsageError) as exc:
+        _stderr().print(f"lumos: error: {exc}", markup=False)
+        raise typer.Exit(EXIT_USAGE) from exc
+    except (MissingBackendError, StorageError) as exc:
+        _stderr().print(f"lumos: error: {exc}", markup=False)
+        raise typer.Exit(EXIT_ERROR) from exc
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Add a row of plain text: a cell is never read as rich markup (errors hold ``[...]``)."""
+    table.add_row(*(Text(c) for c in cells))
+
+
+def _render_run(detail: dict[str, Any], console: Console) -> None:
+    header = Text(detail["name"], style="bold")
+    header.append(f"  run  {detail['status']}  ({detail['path']})", style="")
+    console.print(header)
+    console.print(
+        f"created {detail['created_at']}, updated {detail['updated_at']}, "
+        f"{detail['reports']} reports, {len(detail['checkpoints'])} checkpoints",
+        markup=False,
+    )
+    if detail["config"]:
+        console.print("config: " + json.dumps(detail["config"], default=json_default), markup=False)
+    attempts = Table(title="attempts", title_justify="left")
+    for col in ("#", "status", "started", "ended", "error"):
+        attempts.add_column(col)
+    for a in detail["attempts"]:
+        _row(
+            attempts,
+            str(a["index"]),
+            a["status"],
+            a["started_at"] or "",
+            a["ended_at"] or "",
+            a["error"] or "",
+        )
+    console.print(attempts)
+    checkpoints = Table(title="checkpoints", title_justify="left")
+    keys: list[str] = []
+    for c in detail["checkpoints"]:
+        keys += [k for k, v in c["metrics"].items() if k not in keys and run_view.is_number(v)]
+    keys = keys[:5]
+    for col in ("checkpoint", "report", "status", *keys):
+        checkpoints.add_column(Text(col))
+    for c in detail["checkpoints"]:
+        name = c["dir_name"] + (" (latest)" if c["latest"] else "")
+        status = c["status"] + (f": {c['validation_error']}" if c["validation_error"] else "")
+        cells = [fmt_value(c["metrics"].get(k, "")) for k in keys]
+        _row(checkpoints, name, str(c["report_index"]), status, *cells)
+    console.print(checkpoints)
+    for r in detail["rollbacks"]:
+        console.print(
+            f"rollback {r['number']} at report {r['from_report']} ({r['check']}: {r['reason']}) "
+            f"to {r['to_checkpoint'] or 'the start'}",
+            markup=False,
+        )
+    latest = detail["latest_metrics"]
+    if latest:
+        text = ", ".join(f"{k}={fmt_value(v)}" for k, v in latest.items())
+        console.print(f"latest metrics (report {detail['reports'] - 1}): {text}", markup=False)
+    if detail["nested_runs"]:
+        console.print("nested runs: " + ", ".join(detail["nested_runs"]), markup=False)
+
+
+# -- commands -----------------------------------------------------------------------------
+
+app = typer.Typer(
+    name="lumos",
+    help="Look at lumos runs (Train) and sweeps (Tune) in any storage path, local or s3://.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        help="S3-compatible endpoint for s3:// paths (default: AWS_ENDPOINT_URL / AWS config).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@app.command("ls")
+def ls_command(
+    path: Annotated[str, typer.Argument(help="A storage path, or one run's directory.")],
+    metric: Annotated[
+        str | None,
+        typer.Option(help="Rank runs by this metric (sweeps: default their own metric)."),
+    ] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="min or max (default min; sweeps: their own).")
+    ] = None,
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the runs and sweeps under PATH: name, kind, state, start time, best metric."""
+    with _errors():
+        if mode is not None and mode not in ("min", "max"):
+            raise StorageUsageError(f"--mode={mode!r} is not allowed: use min or max")
+        fs, paths = run_view.find_runs(path, endpoint_url)
+        rows: list[dict[str, Any]] = []
+        for run_path in paths:
+            rows.append(_summary(fs, run_path, metric, mode))
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        _stderr().print(f"no lumos runs or sweeps under {path!r}", markup=False)
+        return
+    table = Table()
+    for col in ("name", "kind", "state", "started", "best"):
+        table.add_column(col)
+    for row in rows:
+        _row(
+            table,
+            row["name"],
+            row["kind"],
+            row["status"],
+            row.get("started_at") or "",
+            fmt_best(row.get("best")) or row.get("note", ""),
+        )
+    _stdout().print(table)
+
+
+def _summary(fs: Any, run_path: str, metric: str | None, mode: str | None) -> dict[str, Any]:
+    """One ``ls`` row; an unreadable run is a row saying why, not the end of the listing."""
+    try:
+        run = run_view.load_run(fs, run_path)
+        plugin = plugin_for(run)
+        if plugin is not None:
+            return plugin.summarize(run, metric, mode)
+        return run_view.summarize_run(run, metric, mode or "min")
+    except PluginMissingError as exc:
+        owner = run.owner or ""
+        row = run_view.summarize_run(run, None, "min", kind=KNOWN_OWNERS[owner][0])
+        return {**row, "best": None, "note": str(exc).split(": ", 1)[-1]}
+    except Exception as exc:  # one unreadable run must not end the listing
+        name = run_path.rstrip("/").rsplit("/", 1)[-1]
+        return {
+            "name": name,
+            "path": run_path,
+            "kind": "?",
+            "status": "unreadable",
+            "started_at": None,
+            "best": None,
+            "note": str(exc),
+        }
+
+
+@app.command("show")
+def show_command(
+    run: Annotated[str, typer.Argument(help="A run's or sweep's directory.")],
+    endpoint_url: EndpointOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a run (config, attempts and failures, checkpoints, latest metrics) or a sweep."""
+    with _errors():
+        stored = run_view.open_run(run, endpoint_url)
+        plugin = plugin_for(stored)
+        detail = run_view.describe_run(stored) if plugin is None else plugin.describe(stored)
+    if as_json:
+        print_json(detail)
+    elif plugin is None:
+        _render_run(detail, _stdout())
+    else:
+        plugin.render(detail, _stdout())
+
+
+@app.command("dashboard")
+def dashboard_command(
+    sweep: Annotated[str, typer.Argument(help="A sweep's directory.")],
+    host: Annotated[str, typer.Option(help="Interface to serve on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8080,
+    journal_file: Annotated[
+        str | None,
+        typer.Option(help="Where to write the local copy of the study (default: a temp file)."),
+    ] = None,
+    print_command: Annotated[
+        bool,
+        typer.Option(help="Write the study file and print the optuna-dashboard command only."),
+    ] = False,
+    endpoint_url: EndpointOption = None,
+) -> None:
+    """Open a sweep's Optuna study in optuna-dashboard (needs lumos-tune and optuna-dashboard)."""
+    with _errors():
+        if not 0 < port < 65536:
+            raise StorageUsageError(f"--port={port} is not allowed: use 1..65535")
+        stored = run_view.open_run(sweep, endpoint_url)
+        plugin = plugin_for(stored)
+        if plugin is None:
+            raise StorageUsageError(
+                f"{stored.storage.uri!r} is a Train run: `lumos dashboard` opens lumos-tune "
+                "sweeps only (use `lumos show` for a run)"
+            )
+        code = plugin.dashboard(stored, DashboardOptions(host, port, journal_file, print_command))
+    if code:
+        raise typer.Exit(code)
+
+
+def main() -> None:
+    """The ``lumos`` console script."""
+    app()
