@@ -427,3 +427,17 @@ def test_no_standby_for_gpu_workers_and_a_bad_warm_imports_is_named() -> None:
     assert not spec.uses_standby
     with pytest.raises(ValueError, match=r"warm_imports=.*tuple of module names"):
         WorkerGroupSpec(num_workers=1, warm_imports=["torch"])  # type: ignore[arg-type]
+
+
+def test_a_slow_import_of_the_user_module_is_not_taken_for_a_hang() -> None:
+    # Unpickling the function imports its module in the worker; a 6 s import with a 1 s
+    # health check must not be reported hung (it was: the launch call did the import).
+    import slow_import_fns
+
+    spec = WorkerGroupSpec(num_workers=2, health_check_timeout_s=1.0)
+    with WorkerGroup.start(spec) as group:
+        group.launch(slow_import_fns.report_once)
+        events = _poll_until(group, _ended(2), 120)
+        assert not [e for e in events if isinstance(e, (WorkerHungEvent, WorkerDiedEvent))]
+        assert sorted(e.rank for e in events if isinstance(e, FinishedEvent)) == [0, 1]
+        assert sum(isinstance(e, ReportEvent) for e in events) == 2

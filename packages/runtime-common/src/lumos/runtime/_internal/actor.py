@@ -88,6 +88,9 @@ class WorkerActor:
         self._next_msg = 0
         self._fn_cache: dict[str, Callable[..., Any]] = {}
         self._rank: int | None = None
+        # How long an argument-less poll() waits (set_poll_wait; the floor of
+        # long_poll_wait_s until then, so an early poll is never overdue).
+        self._poll_wait_s = 0.2
         # SIGTERM becomes a preemption notice once setup(preemption_notices=True) ran
         # (group workers); until then, and on pool workers, it ends the process as before.
         # The handler is installed here: __init__ runs in the actor's main thread.
@@ -178,16 +181,6 @@ class WorkerActor:
         try:
             if self._thread is not None and self._thread.is_alive():
                 raise RuntimeError("launch() on a worker whose previous function is still running")
-            import ray
-
-            fn = self._fn_cache.get(fn_key)
-            if fn is None:
-                payload = fn_box[0]
-                fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
-                self._fn_cache = {fn_key: fn}  # keep only the latest function
-            packed = args_box[0]
-            args, kwargs = ray.get(packed) if isinstance(packed, ray.ObjectRef) else packed
-            kwargs = {**kwargs, **(rank_kwargs or {})}
             session = WorkerSession(info, session_info, outbox, self._preemption)
         except BaseException as exc:
             outbox.put((ERROR, -1, RemoteError.from_exception(exc, rank=self._rank)))
@@ -198,10 +191,25 @@ class WorkerActor:
         def make_error(exc: BaseException) -> RemoteError:
             return RemoteError.from_exception(exc, rank=rank)
 
-        assert fn is not None
+        def resolve_and_run() -> Any:
+            # Unpickling the function imports the user's module (torch, lightning, ...):
+            # seconds, or a minute on a starved CPU. It runs here, in the user thread, so
+            # this launch call returns at once and the owner's long-polls keep answering:
+            # a slow import is never taken for a hung worker. Its errors are ERROR events.
+            import ray
+
+            fn = self._fn_cache.get(fn_key)
+            if fn is None:
+                payload = fn_box[0]
+                fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
+                self._fn_cache = {fn_key: fn}  # keep only the latest function
+            packed = args_box[0]
+            args, kwargs = ray.get(packed) if isinstance(packed, ray.ObjectRef) else packed
+            return fn(*args, **{**kwargs, **(rank_kwargs or {})})
+
         thread = threading.Thread(
             target=run_user_fn,
-            args=(session, fn, args, kwargs, outbox, make_error),
+            args=(session, resolve_and_run, (), {}, outbox, make_error),
             name="lumos-user-fn",
             daemon=True,
         )
@@ -284,9 +292,20 @@ class WorkerActor:
             self._session.deliver_control(key, value)
 
     # -- owner polls ------------------------------------------------------------------
-    def poll(self, max_wait_s: float) -> bytes:
-        """Long-poll: every queued event (a batch), waiting up to ``max_wait_s``."""
-        return serialize_batch(self._outbox.drain(max_wait_s))
+    def set_poll_wait(self, max_wait_s: float) -> None:
+        """How long an argument-less :meth:`poll` waits for events."""
+        self._poll_wait_s = max_wait_s
+
+    def poll(self, max_wait_s: float | None = None) -> bytes:
+        """Long-poll: every queued event (a batch), waiting up to ``max_wait_s``.
+
+        The owner's health-checked polls pass no argument: Ray deserializes a call's
+        arguments under a process-wide lock that it also holds while the user thread
+        unpickles (and so imports) the user's function, so a poll with arguments would
+        wait for ``import torch`` and the worker would look hung.
+        """
+        wait = self._poll_wait_s if max_wait_s is None else max_wait_s
+        return serialize_batch(self._outbox.drain(wait))
 
     def join(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the user thread to end; True when it has."""

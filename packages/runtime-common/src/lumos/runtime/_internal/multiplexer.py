@@ -114,6 +114,7 @@ class EventMultiplexer:
 
     def add(self, key: int, actor: Any, node_id: str | None) -> None:
         ch = _Channel(key, actor, node_id)
+        actor.set_poll_wait.remote(self.max_wait_s)  # then poll() needs no argument
         if self.park_idle_s > 0:
             ch.parked_at = time.monotonic()  # a new worker runs nothing yet
         self._channels[key] = ch
@@ -164,7 +165,7 @@ class EventMultiplexer:
         return ch is not None and ch.hung
 
     def _issue(self, ch: _Channel, now: float) -> None:
-        ch.pending = ch.actor.poll.remote(self.max_wait_s)
+        ch.pending = ch.actor.poll.remote()  # no argument: see WorkerActor.poll
         ch.issued_at = now
 
     def poll(self, timeout_s: float | None, wake: list[Any] | None = None) -> list[Event]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,15 @@ logger = logging.getLogger("lumos.runtime")
 # An idle worker is not polled for this long after its function ends, so that the next
 # launch carries the poll (one round trip per short run); then it is polled again.
 _PARK_IDLE_S = 0.05
+
+# A worker killed or dead while its nested WorkerGroup called ``placement_group()`` can
+# have that creation reach Ray's GCS after the pool swept its placement groups (ray.kill
+# is asynchronous: the actor runs on for a moment). The pool therefore sweeps the
+# placement groups of ended workers again on later polls (at most every
+# _RESWEEP_EVERY_S, for _RESWEEP_FOR_S after the end) and once more at shutdown.
+_RESWEEP_EVERY_S = 1.0
+_RESWEEP_FOR_S = 60.0
+_SHUTDOWN_DEATH_WAIT_S = 10.0
 
 
 @dataclass
@@ -50,7 +60,10 @@ class WorkerPool(ShutsDownOnExit):
 
     When a worker dies (``WorkerDiedEvent``) or is removed / killed / shut down, the
     placement groups of every ``WorkerGroup`` it started are removed too (Ray would
-    keep them until the job ends): nested Train runs never leak reserved resources.
+    keep them until the job ends): nested Train runs never leak reserved resources. A
+    group whose creation reaches Ray only after its worker was killed or died (the
+    worker was inside ``placement_group()``) is caught by later sweeps: on the next
+    polls (about every second, for a minute) and at shutdown.
 
     Args:
         resources_per_worker: Ray resources of each worker, e.g. ``{"CPU": 1}``; all
@@ -88,6 +101,8 @@ class WorkerPool(ShutsDownOnExit):
         self._backlog: list[Event] = []
         self._seq_lock = threading.Lock()
         self._closed = False
+        self._ended: dict[str, float] = {}  # actor id -> when it ended (for re-sweeps)
+        self._last_sweep = 0.0
 
     def add_worker(self, resources: dict[str, float] | None = None) -> int:
         """Create one worker actor (placement by Ray; it may wait for resources).
@@ -110,9 +125,13 @@ class WorkerPool(ShutsDownOnExit):
         self._next_id += 1
         shape = self.resources_per_worker if resources is None else resources
         actor = new_worker_actor(actor_options(shape))
-        self._workers[wid] = _PoolWorker(
-            actor, actor.setup.remote(self.env_vars or None), actor_id=actor_id_of(actor)
-        )
+        try:
+            setup_ref = actor.setup.remote(self.env_vars or None)
+        except BaseException:
+            kill_quietly(actor)  # never recorded: nobody else would kill it
+            self._sweep_ended([actor_id_of(actor)])
+            raise
+        self._workers[wid] = _PoolWorker(actor, setup_ref, actor_id=actor_id_of(actor))
         return wid
 
     def ready(self, worker_id: int) -> bool:
@@ -201,6 +220,7 @@ class WorkerPool(ShutsDownOnExit):
             self._backlog = []
         self._reap(events)
         self._note_loaded(events)
+        self._resweep()
         return events
 
     def _note_loaded(self, events: list[Event]) -> None:
@@ -228,7 +248,7 @@ class WorkerPool(ShutsDownOnExit):
         self._mux.remove(worker_id)
         if w is not None:
             kill_quietly(w.actor)
-            remove_placement_groups_of([w.actor_id])
+            self._sweep_ended([w.actor_id])
 
     def shutdown(self, grace_period_s: float = 5.0) -> None:
         """Stop every running function (up to ``grace_period_s``), then kill all actors."""
@@ -250,7 +270,12 @@ class WorkerPool(ShutsDownOnExit):
         finally:
             for w in self._workers.values():
                 kill_quietly(w.actor)
-            remove_placement_groups_of([w.actor_id for w in self._workers.values()])
+            ids = [w.actor_id for w in self._workers.values()]
+            # An actor killed inside placement_group() may still create its group: sweep
+            # once the actors are dead, including workers that ended earlier.
+            _wait_until_dead([a for a in ids if a], _SHUTDOWN_DEATH_WAIT_S)
+            remove_placement_groups_of([*ids, *self._ended])
+            self._ended.clear()
             self._workers.clear()
             self._mux.clear()
             self._fn_cache.clear()
@@ -300,8 +325,55 @@ class WorkerPool(ShutsDownOnExit):
             if isinstance(e, WorkerDiedEvent) and e.rank in self._workers
         ]
         if dead:
-            remove_placement_groups_of(dead)
+            self._sweep_ended(dead)
+
+    def _sweep_ended(self, actor_ids: list[str | None]) -> None:
+        """Remove the ended workers' placement groups now, and remember them for re-sweeps."""
+        now = time.monotonic()
+        for a in actor_ids:
+            if a:
+                self._ended[a] = now
+        self._last_sweep = now
+        remove_placement_groups_of(actor_ids)
+
+    def _resweep(self) -> None:
+        """Sweep again for placement groups that ended workers created late (throttled)."""
+        if not self._ended:
+            return
+        now = time.monotonic()
+        if now - self._last_sweep < _RESWEEP_EVERY_S:
+            return
+        self._last_sweep = now
+        remove_placement_groups_of(list(self._ended))
+        self._ended = {a: t for a, t in self._ended.items() if now - t < _RESWEEP_FOR_S}
 
     def _check_open(self) -> None:
         if self._closed:
             raise LumosRuntimeError("the worker pool was shut down")
+
+
+def _wait_until_dead(actor_ids: list[str], timeout_s: float) -> None:
+    """Wait (bounded) until Ray's GCS lists every actor of ``actor_ids`` as DEAD."""
+    if not actor_ids or not ray.is_initialized():
+        return
+    try:
+        state: Any = ray._private.state.state  # the GCS accessor (as in preemption.py)
+    except Exception:  # pragma: no cover - Ray internals moved
+        return
+    deadline = time.monotonic() + timeout_s
+    pending = list(actor_ids)
+    delay = 0.01
+    while pending and time.monotonic() < deadline:
+        still = []
+        for a in pending:
+            try:
+                info = state.actor_table(a)
+            except Exception:
+                logger.debug("actor_table(%s) failed", a, exc_info=True)
+                return
+            if info and info.get("State") != "DEAD":
+                still.append(a)
+        pending = still
+        if pending:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
