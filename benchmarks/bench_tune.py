@@ -22,7 +22,7 @@ at 10,000 trials <= 1.1x that at 200, O(1) files per trial (the journals only).
 
 Then population-based training (``tune_pbt_section.py``): lumos's PBT against its own
 FIFO on the same 4 trials x 12 steps (budget <= 1.2x), ray.tune's PBT against its FIFO
-for reference. ``--pbt`` runs only that part.
+for reference. ``--pbt`` runs only that part, ``--rss`` only the driver RSS and files part.
 
 Run: ``/work/venv/bin/python benchmarks/bench_tune.py`` (``--quick`` for a smoke run).
 """
@@ -198,9 +198,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--rss-child", nargs=3, metavar=("N", "STORAGE", "ADDRESS"))
     parser.add_argument("--pbt", action="store_true", help="only the PBT section")
+    parser.add_argument("--rss", action="store_true", help="only the driver RSS / files section")
     args = parser.parse_args()
     if args.pbt:
         _pbt_section(args.quick)
+        return
+    if args.rss:
+        _rss_section(args.quick)
         return
     if args.rss_child:
         n, storage, address = args.rss_child
@@ -270,6 +274,23 @@ def main() -> None:
             f"  lumos / ray.tune = {ratio_ray:6.1f}x per-trial cost, TPE  (budget >= 100x)  "
             f"{'OK' if ratio_ray >= 100 else 'OVER BUDGET'}"
         )
+    _print_rss(rss, rss_sizes)
+    _pbt_section(args.quick)
+
+
+def _rss_section(quick: bool) -> None:
+    rss_sizes = (200, 1000) if quick else RSS_TRIALS
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-tune-") as storage:
+            rss = {n: driver_rss(n, storage, ctx.address_info["address"]) for n in rss_sizes}
+    finally:
+        ray.shutdown()
+    _print_rss(rss, rss_sizes)
+
+
+def _print_rss(rss: dict[int, dict[str, float]], rss_sizes: tuple[int, ...]) -> None:
     small, large = rss[rss_sizes[0]], rss[rss_sizes[-1]]
     growth = large["peak_rss_mb"] / small["peak_rss_mb"]
     print(
@@ -283,7 +304,6 @@ def main() -> None:
         f"{rss_sizes[-1]} ({large['files'] / rss_sizes[-1]:.4f} per trial; budget O(1)) "
         f"{'OK' if flat else 'GROWS WITH TRIALS'}"
     )
-    _pbt_section(args.quick)
 
 
 def _pbt_section(quick: bool) -> None:

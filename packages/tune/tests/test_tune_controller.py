@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import optuna
@@ -10,8 +11,13 @@ from optuna.trial import TrialState
 from tune_helpers import FakeClock, RecordingProgress, make_controller
 
 from lumos import tune
+from lumos.tune._internal.experiment import open_experiment
+from lumos.tune._internal.journal import FsJournal
+from lumos.tune._internal.result import Result
+from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
+from lumos.tune._internal.trial_journal import EndRecord, TrialJournal
 from lumos.tune.testing import ScriptedExecutor, Step, die, fail, hang, report
 
 
@@ -314,3 +320,112 @@ def test_trial_that_ignores_its_stop_is_ended_after_the_grace_period(tmp_path: A
     assert trial.status is TrialStatus.TERMINATED
     assert 5.0 <= clock.now <= 8.0
     assert ctl.study.trials[0].value == 1.0
+
+
+def test_finished_trials_keep_a_summary_and_read_their_reports_back_from_the_journal(
+    tmp_path: Any,
+) -> None:
+    # Four shapes of history: plain; a retry from a checkpoint (reports up to it are
+    # kept); a retry from scratch (starts over); a retry that fails before reporting.
+    def script(spec: TrialSpec) -> list[Step]:
+        n, first = spec.config["n"], spec.attempt == 0
+        if n == 0:
+            return [report({"loss": 3.0}), report({"loss": 2.0})]
+        if n == 1 and first:
+            return [
+                report({"loss": 3.0}),
+                report({"loss": 2.0}, checkpoint=True),
+                report({"loss": 1.5}),
+                fail("flaky"),
+            ]
+        if n == 1:
+            return [report({"loss": 1.0}), report({"loss": 0.5})]
+        if n == 2 and first:
+            return [report({"loss": 9.0}), report({"loss": 8.0}), fail("flaky")]
+        if n == 2:
+            return [report({"loss": 7.0})] * 3
+        return [report({"loss": 6.0}), report({"loss": 5.0}), fail("flaky")] if first else [fail()]
+
+    told: dict[str, list[dict[str, Any]]] = {}
+
+    class Recorder(tune.Callback):
+        def on_trial_complete(self, trial: tune.Trial) -> None:
+            told[trial.trial_name] = list(trial.history)
+
+        def on_trial_error(self, trial: tune.Trial) -> None:
+            told[trial.trial_name] = list(trial.history)
+
+    cfg = tune.TuneConfig(metric="loss", mode="min")
+    space = {"n": tune.grid_search([0, 1, 2, 3])}
+    ctl, _ex = make_controller(str(tmp_path), script, cfg, space, max_failures=1)
+    ctl.callbacks = [Recorder()]
+    trials = ctl.run()
+    assert [[r["loss"] for r in told[t.trial_name]] for t in trials] == [
+        [3.0, 2.0],
+        [3.0, 2.0, 1.0, 0.5],
+        [7.0, 7.0, 7.0],
+        [],
+    ]
+    for t in trials:
+        assert t.status.is_finished
+        assert t.rows == []  # the driver keeps no history of its own...
+        assert t.history == told[t.trial_name]  # ...and reads it back as it was
+        assert list(t.snapshot().history) == told[t.trial_name]
+        result = Result._of_finished_sweep(t, ctl.exp.storage.fs)
+        assert result.metrics_dataframe.to_dict("records") == told[t.trial_name]
+        assert result.metrics == t.last_result
+    # A new driver (restore) reads the same histories.
+    ctl.exp.close()
+    exp = open_experiment(ctl.exp.storage, SearchSpace(space), cfg)
+    assert [t.history for t in exp.trials] == [told[t.trial_name] for t in trials]
+
+
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_a_trial_end_is_in_the_journal_before_anyone_is_told(tmp_path: Any, backend: str) -> None:
+    storage_path = str(tmp_path) if backend == "local" else f"memory://ends-{uuid.uuid4().hex}"
+    seen: list[tuple[str, str, bool]] = []
+
+    def written_ends() -> set[int]:
+        journal = ctl.exp.trials_journal.journal
+        reader = TrialJournal(FsJournal(journal.fs, journal.path, writable=False))
+        return {r.number for r in reader.read() if isinstance(r, EndRecord)}
+
+    class Watcher(tune.Callback):
+        def on_trial_result(self, trial: tune.Trial, result: dict[str, Any]) -> None:
+            seen.append(("result", trial.trial_name, trial.number in written_ends()))
+
+        def on_trial_complete(self, trial: tune.Trial) -> None:
+            seen.append(("complete", trial.trial_name, trial.number in written_ends()))
+
+    class Progress(RecordingProgress):
+        def trial_done(self, trial: Any) -> None:
+            seen.append(("done", trial.trial_name, trial.number in written_ends()))
+
+    def script(spec: TrialSpec) -> list[Step]:
+        return [report({"loss": 1.0})] * (1 + int(spec.trial_id))
+
+    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=3)
+    ctl, _ex = make_controller(storage_path, script, cfg, max_concurrent=3, progress=Progress())
+    ctl.callbacks = [Watcher()]
+    ctl.run()
+    # Every end was written before the progress display or a callback heard of it...
+    assert [(kind, name) for kind, name, _ in seen if kind != "result"] == [
+        (kind, f"trial_{n:05d}") for n in range(3) for kind in ("done", "complete")
+    ]
+    assert all(written for kind, _, written in seen if kind != "result")
+    # ...and what was told after an end waited for it in order: trial 0's end came in the
+    # same batch as trial 1's and 2's second reports, and is told before them.
+    assert [(kind, name[-1]) for kind, name, _ in seen] == [
+        ("result", "0"),
+        ("result", "1"),
+        ("result", "2"),
+        ("done", "0"),
+        ("complete", "0"),
+        ("result", "1"),
+        ("result", "2"),
+        ("done", "1"),
+        ("complete", "1"),
+        ("result", "2"),
+        ("done", "2"),
+        ("complete", "2"),
+    ]

@@ -43,7 +43,9 @@ def test_ray_example_runs_with_only_its_imports_changed(name: str, tmp_path: Any
     script = tmp_path / f"{name}.py"
     script.write_text(rewrite(source))
     assert "from ray import tune" not in script.read_text()
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own cluster
+    # Its own cluster: a bare ray.init() would join any cluster running on the machine
+    # (this session's, or another job's) and then reject the script's num_cpus.
+    env = dict(os.environ, RAY_ADDRESS="local")
     env.update(HOME=str(tmp_path), RAY_USAGE_STATS_ENABLED="0")
     run = subprocess.run(
         [sys.executable, str(script), "--smoke-test"],

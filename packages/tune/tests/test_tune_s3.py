@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -127,3 +130,75 @@ def test_ray_trials_checkpoint_to_s3_and_retry_from_there(ray_cluster: Any, s3: 
         assert [e.error_message for e in result.errors] == ["flaky"]
         with result.checkpoint.as_directory() as d:  # type: ignore[union-attr]
             assert open(os.path.join(d, "step")).read() == "2"
+
+
+KILLED_DRIVER = textwrap.dedent(
+    """
+    import os, signal, sys, uuid
+    import optuna, ray
+    from lumos import tune
+    from lumos.storage.testing import s3_filesystem
+
+    address, endpoint, path, marks, mode = sys.argv[1:6]
+    ray.init(address=address, log_to_driver=False)
+    fs = s3_filesystem(endpoint)
+
+    def trainable(config):
+        name = tune.get_context().get_trial_name()
+        open(os.path.join(marks, f"{name}.{uuid.uuid4().hex}"), "w").close()
+        tune.report({"loss": config["x"]})
+
+    class KillOnComplete(tune.Callback):
+        def on_trial_complete(self, trial):
+            # The driver dies the moment it has told anyone that trial 1 ended.
+            if trial.trial_name == "trial_00001":
+                open(os.path.join(marks, "..", "told"), "w").write(trial.trial_name)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    if mode == "first":
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"x": tune.uniform(0, 1)},
+            tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=3,
+                                        max_concurrent_trials=1,
+                                        sampler=optuna.samplers.RandomSampler(seed=0)),
+            run_config=tune.RunConfig(
+                name=path.rsplit("/", 1)[1], storage_path=path.rsplit("/", 1)[0],
+                storage_filesystem=fs, verbose=0, callbacks=[KillOnComplete()]),
+        )
+    else:
+        tuner = tune.Tuner.restore(path, trainable, storage_filesystem=fs)
+    grid = tuner.fit()
+    print("STATUS", " ".join(f"{r.trial_name}={r.status}" for r in grid), flush=True)
+    """
+)
+
+
+def test_a_trial_end_told_to_a_callback_survives_a_driver_sigkill_on_s3(
+    ray_cluster: Any, s3: S3Server, tmp_path: Any
+) -> None:
+    # The Tune journal on an object store is written in chunks; a trial end must be in one
+    # before a callback hears of it, or a restore would run the trial again.
+    bucket = s3.create_bucket()
+    path = f"s3://{bucket}/sweeps/killed"
+    script = tmp_path / "driver.py"
+    script.write_text(KILLED_DRIVER)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    address = ray_cluster.address_info["address"]
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+
+    def driver(mode: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(script), address, s3.endpoint_url, path, str(marks), mode]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+    first = driver("first")
+    assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+    assert (tmp_path / "told").read_text() == "trial_00001"
+
+    rerun = driver("restore")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    status = "STATUS trial_00000=TERMINATED trial_00001=TERMINATED trial_00002=TERMINATED"
+    assert status in rerun.stdout
+    runs = sorted(mark.split(".")[0] for mark in os.listdir(marks))
+    assert runs == ["trial_00000", "trial_00001", "trial_00002"]  # none ran twice

@@ -32,6 +32,7 @@ from lumos.tune._version import __version__ as __version__
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint as Checkpoint
     from lumos.tune import (
+        integrations as integrations,
         logger as logger,
         schedulers as schedulers,
         search as search,
@@ -140,6 +141,7 @@ _LAZY: dict[str, str] = {
     "TrialStatus": "lumos.tune._internal.trial",
     "Trainable": "lumos.tune._internal.trainable",
     "Tuner": "lumos.tune._internal.tuner",
+    "integrations": "lumos.tune.integrations",
     "logger": "lumos.tune.logger",
     "schedulers": "lumos.tune.schedulers",
     "search": "lumos.tune.search",

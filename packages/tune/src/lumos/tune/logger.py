@@ -17,5 +17,13 @@ from lumos.tune._internal.callbacks import (
     LoggerCallback,
     TBXLoggerCallback,
 )
+from lumos.tune._internal.trackers import MLflowLoggerCallback, WandbLoggerCallback
 
-__all__ = ["CSVLoggerCallback", "JSONLoggerCallback", "LoggerCallback", "TBXLoggerCallback"]
+__all__ = [
+    "CSVLoggerCallback",
+    "JSONLoggerCallback",
+    "LoggerCallback",
+    "MLflowLoggerCallback",
+    "TBXLoggerCallback",
+    "WandbLoggerCallback",
+]

@@ -9,10 +9,19 @@ the study hears how trials end through :func:`tell_study`, and every event goes 
 the :class:`TrialJournal`. The per-trial path is kept lean: journal records are
 buffered and written once per loop iteration, the progress display refreshes at
 most every few seconds, nothing is rendered per report.
+
+Nothing acknowledged is lost: a trial end is in the journal before anyone hears of it.
+While an end is buffered, the notifications from then on (callbacks, the progress
+display) wait in an outbox, in order; at the end of each batch of events the journal
+is written (one write, or one object PUT, for every end of the batch) and the outbox
+is delivered. A driver killed at any point leaves a journal that holds every trial end
+a callback, the console or a ``ResultGrid`` was told of, so a restore never runs such
+a trial again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -118,6 +127,8 @@ class TuneController:
         self._abort_error: BaseException | None = None
         self._stop_requested_at: dict[str, float] = {}
         self._dirty_end = False
+        self._ends_unacked = False  # a trial end is buffered, not yet in the journal
+        self._outbox: list[Callable[[], None]] = []  # notifications waiting for it
         self._last_journal_flush = self._start
         self._last_progress = -math.inf
         self._last_resources_check = self._start
@@ -144,14 +155,17 @@ class TuneController:
             while True:
                 self._check_time_budget()
                 self._fill()
+                self._acknowledge()
                 if not self._running:
                     break
                 self.hooks.iteration += 1  # Ray's callback ``iteration``: driver loop steps
                 for ev in self.executor.poll(self._poll_timeout()):
                     self._handle(ev)
+                self._acknowledge()
                 self._housekeeping()
         finally:
             self._flush(force=True)
+            self._deliver()
         if self._abort_error is not None:
             raise self._abort_error
         return self.trials
@@ -242,11 +256,12 @@ class TuneController:
             trial.iteration = spec.start_iteration
         self._running[trial.trial_id] = trial
         if record_start:
-            self.exp.trials_journal.append(StartRecord(trial.number, trial.attempt))
+            record = StartRecord(trial.number, trial.attempt, spec.start_iteration)
+            self.exp.trials_journal.append(record)
             self._dirty_end = True
         self.executor.start(spec)
         if self.hooks:
-            self.hooks.trial_start(trial.snapshot())
+            self._tell(functools.partial(self.hooks.trial_start, trial.snapshot()))
 
     # -- events ------------------------------------------------------------------------------
     def _handle(self, ev: TrialEvent) -> None:
@@ -279,10 +294,10 @@ class TuneController:
         )
         if self.hooks:
             snapshot = trial.snapshot()
-            self.hooks.trial_result(snapshot, dict(ev.metrics))
+            self._tell(functools.partial(self.hooks.trial_result, snapshot, dict(ev.metrics)))
             if ev.checkpoint_dir is not None:
                 checkpoint = Checkpoint(f"{trial.path}/{ev.checkpoint_dir}", self.exp.storage.fs)
-                self.hooks.checkpoint(snapshot, checkpoint)
+                self._tell(functools.partial(self.hooks.checkpoint, snapshot, checkpoint))
         if trial.stop_reason is not None:
             return
         reason = self.rules.after_report(trial, ev.iteration, ev.metrics)
@@ -393,10 +408,39 @@ class TuneController:
         tell_study(self.study, trial, self.config)
         trial.optuna_trial = None
         self.exp.trials_journal.append(EndRecord(trial.number, status))
-        self._dirty_end = True
-        self.progress.trial_done(trial)
+        # Told only once the end is in the journal (see the module docstring).
+        self._ends_unacked = True
+        self._outbox.append(functools.partial(self.progress.trial_done, trial))
         if self.hooks:
-            self.hooks.trial_end(trial.snapshot(), failed=status is TrialStatus.ERROR)
+            failed = status is TrialStatus.ERROR
+            self._outbox.append(
+                functools.partial(self.hooks.trial_end, trial.snapshot(), failed=failed)
+            )
+        # Its summary row stays; its reports are read back from the journal when asked
+        # for (population-based training reads donors' reports: it keeps them).
+        trial.compact(self.exp.histories if self.pbt is None else None)
+
+    def _tell(self, notify: Callable[[], None]) -> None:
+        """Notify now, or after the buffered trial ends are written (keeping the order)."""
+        if self._ends_unacked:
+            self._outbox.append(notify)
+        else:
+            notify()
+
+    def _acknowledge(self) -> None:
+        """Write the buffered trial ends (with every record before them), then deliver
+        the notifications that waited for them."""
+        if self._ends_unacked:
+            self._flush(force=True)
+            self._deliver()
+
+    def _deliver(self) -> None:
+        # Called only after a forced flush: every end the outbox speaks of is written.
+        self._ends_unacked = False
+        while self._outbox:
+            outbox, self._outbox = self._outbox, []
+            for notify in outbox:
+                notify()
 
     def _abort(self, error: BaseException) -> None:
         if self._abort_error is None:
@@ -425,6 +469,7 @@ class TuneController:
     def _housekeeping(self) -> None:
         now = self.clock()
         self._kill_overdue(now)
+        self._acknowledge()
         if self._dirty_end or now - self._last_journal_flush >= self.settings.journal_interval_s:
             self._flush(force=self._dirty_end)
         if now - self._last_resources_check >= self.settings.resources_check_interval_s:

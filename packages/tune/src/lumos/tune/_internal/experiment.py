@@ -46,6 +46,7 @@ from lumos.tune._internal.trial_journal import (
     TRIALS_JOURNAL,
     EndRecord,
     ReportRecord,
+    StoredHistories,
     TrialEvents,
     TrialJournal,
 )
@@ -78,6 +79,11 @@ class Experiment:
     resumed: bool = False
     waiting: int = 0
     grid_next: int = 0
+    histories: StoredHistories = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Finished trials' reports, read back from the journal (LiveTrial.compact).
+        self.histories = StoredHistories(self.trials_journal)
 
     def flush(self, force: bool = True) -> None:
         """Write buffered journal records: trial events first, then the study."""
@@ -271,6 +277,8 @@ def _restore_finished(
     if not frozen.state.is_finished():
         # The trial ended but the driver died before the study heard of it.
         tell_study(exp.study, trial, tune_config)
+    # Population-based training reads donors' reports: its sweeps keep them in memory.
+    trial.compact(exp.histories if tune_config.scheduler is None else None)
 
 
 def _restore_unfinished(

@@ -12,7 +12,7 @@ from fsspec import AbstractFileSystem
 from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
 from lumos.tune._internal.metrics import finite_or_none, flatten
-from lumos.tune._internal.trial import ExploitRecord, HistoryView, Trial, TrialStatus
+from lumos.tune._internal.trial import ExploitRecord, HistoryView, LiveTrial, Trial, TrialStatus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,6 +90,32 @@ class Result:
             status=trial.status.value,
             errors=list(trial.errors),
             exploits=list(trial.exploits),
+            filesystem=filesystem,
+        )
+
+    @classmethod
+    def _of_finished_sweep(cls, trial: LiveTrial, filesystem: AbstractFileSystem) -> Result:
+        """The result of a trial of a sweep that is over: as :meth:`from_trial` of its
+        snapshot, but sharing the trial's config, metrics and history instead of copying
+        them (the driver keeps no trial once the grid is built: a 10,000-trial grid costs
+        one small object per trial on top of the rows)."""
+        checkpoint = None
+        if trial.checkpoint_dir is not None:
+            checkpoint = Checkpoint(trial.path.rstrip("/") + "/" + trial.checkpoint_dir, filesystem)
+        errors = [TrialError.from_record(e) for e in trial.errors]
+        error = errors[-1] if trial.status is TrialStatus.ERROR and errors else None
+        return cls(
+            metrics=trial.last_result,
+            config=trial.config,
+            path=trial.path,
+            checkpoint=checkpoint,
+            error=error,
+            history=trial.history_view(),
+            trial_id=trial.trial_id,
+            trial_name=trial.trial_name,
+            status=trial.status.value,
+            errors=errors,
+            exploits=trial.exploits,
             filesystem=filesystem,
         )
 

@@ -8,7 +8,8 @@ runs, so a callback can neither change the sweep's state nor see it change later
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -51,14 +52,34 @@ class HistoryView(Sequence[dict[str, Any]]):
     """A read-only view of the first ``length`` reports of a trial (copies on access).
 
     The driver only appends to a trial's history (a retry replaces the list), so a
-    prefix of it never changes: the view costs nothing to take.
+    prefix of it never changes: the view costs nothing to take. For a finished trial
+    whose reports the driver no longer keeps (see :meth:`LiveTrial.compact`), ``rows``
+    is a function that reads them back from the trial journal on first access.
     """
 
-    __slots__ = ("_length", "_rows")
+    __slots__ = ("_length", "_load", "_rows_")
 
-    def __init__(self, rows: list[dict[str, Any]], length: int | None = None) -> None:
-        self._rows = rows
-        self._length = len(rows) if length is None else length
+    def __init__(
+        self,
+        rows: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+        length: int | None = None,
+    ) -> None:
+        if callable(rows):
+            if length is None:
+                raise ValueError("HistoryView(rows=<loader>) needs the length")
+            self._load: Callable[[], list[dict[str, Any]]] | None = rows
+            self._rows_: list[dict[str, Any]] = []
+        else:
+            self._load = None
+            self._rows_ = rows
+        self._length = len(rows) if length is None else length  # type: ignore[arg-type]
+
+    @property
+    def _rows(self) -> list[dict[str, Any]]:
+        if self._load is not None:
+            self._rows_ = self._load()
+            self._load = None
+        return self._rows_
 
     def __len__(self) -> int:
         return self._length
@@ -188,7 +209,7 @@ class LiveTrial:
     trial_name: str = ""
     status: TrialStatus = TrialStatus.PENDING
     last_result: dict[str, Any] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     checkpoint_dir: str | None = None
     checkpoint_iteration: int = 0
     iteration: int = 0
@@ -198,12 +219,14 @@ class LiveTrial:
     waiting_for_resources: bool = False
     optuna_trial: optuna.Trial | None = field(default=None, repr=False)
     max_step_reported: int = -1
-    seen_metrics: set[str] = field(default_factory=set, repr=False)
+    seen_metrics: AbstractSet[str] = field(default_factory=frozenset, repr=False)
     start_time: float = 0.0
     end_time: float = 0.0
     exploits: list[ExploitRecord] = field(default_factory=list)
     dir_name: str = ""
     trainable_name: str = ""
+    stored_history: Callable[[int], list[dict[str, Any]]] | None = field(default=None, repr=False)
+    stored_length: int = 0
 
     def __post_init__(self) -> None:
         if not self.trial_id:
@@ -221,17 +244,61 @@ class LiveTrial:
             return self.errors[-1]
         return None
 
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every report, in order; read back from the trial journal (a new list at each
+        access) for a finished trial whose reports :meth:`compact` dropped."""
+        if self.stored_history is not None:
+            return self.stored_history(self.number)
+        return self.rows
+
+    @history.setter
+    def history(self, rows: list[dict[str, Any]]) -> None:
+        self.stored_history = None
+        self.rows = rows
+
     def apply_report(
         self, iteration: int, metrics: dict[str, Any], checkpoint_dir: str | None
     ) -> None:
         """Count one report: the only place a report changes a trial (live or restored)."""
+        if self.stored_history is not None:
+            self.history = list(self.history)
         self.iteration = iteration
         self.last_result = metrics
-        self.history.append(metrics)
-        self.seen_metrics.update(metrics)
+        self.rows.append(metrics)
+        if not metrics.keys() <= self.seen_metrics:
+            self.seen_metrics = self.seen_metrics | metrics.keys()
         if checkpoint_dir is not None:
             self.checkpoint_dir = checkpoint_dir
             self.checkpoint_iteration = iteration
+
+    def compact(self, stored_history: Callable[[int], list[dict[str, Any]]] | None = None) -> None:
+        """Shrink a finished trial to its summary row (a 10,000-trial sweep keeps them
+        all): forget the metric names seen (only checked when it ends), keep one dict
+        for ``params`` and ``config`` when they are equal (flat search spaces) and, given
+        ``stored_history`` (the trial journal's reader: number -> reports), drop its
+        reports (the last stays as ``last_result``), read back when someone asks for
+        them. Nothing a snapshot or a result shows changes.
+
+        Called once the trial's reports and end are in the journal's buffer (which is
+        written before anyone hears of the end).
+        """
+        self.seen_metrics = _NO_METRICS
+        self.optuna_trial = None
+        if self.params is not self.config and self.params == self.config:
+            self.params = self.config
+        if stored_history is not None and self.stored_history is None and len(self.rows) > 1:
+            self.stored_length = len(self.rows)
+            self.rows = []
+            self.stored_history = stored_history
+
+    def history_view(self) -> HistoryView:
+        """A read-only view of the reports so far (read back lazily once compacted)."""
+        if self.stored_history is not None:
+            return HistoryView(
+                functools.partial(self.stored_history, self.number), self.stored_length
+            )
+        return HistoryView(self.rows)
 
     def snapshot(self) -> Trial:
         """A frozen :class:`Trial` of the trial as it is now."""
@@ -244,7 +311,7 @@ class LiveTrial:
             path=self.path,
             status=self.status,
             last_result=dict(self.last_result),
-            history=HistoryView(self.history),
+            history=self.history_view(),
             checkpoint_dir=self.checkpoint_dir,
             iteration=self.iteration,
             attempt=self.attempt,
@@ -260,6 +327,9 @@ class LiveTrial:
 
     def __repr__(self) -> str:
         return f"LiveTrial({self.trial_name}, {self.status.value}, config={self.config!r})"
+
+
+_NO_METRICS: frozenset[str] = frozenset()
 
 
 def snapshots(trials: Sequence[LiveTrial]) -> list[Trial]:

@@ -4,7 +4,7 @@
 records (buffered, through :class:`~lumos.tune._internal.journal.FsJournal`) and reads
 them back when an experiment is restored. On disk each record is one JSON line::
 
-    {"e": "start", "n": 3, "a": 0}                       StartRecord
+    {"e": "start", "n": 3, "a": 0, "i": 0}               StartRecord
     {"e": "r", "n": 3, "i": 1, "m": {...}, "c": null}     ReportRecord
     {"e": "err", "n": 3, "a": 0, "type": ..., "msg": ..., "tb": ...}   ErrorRecord
     {"e": "end", "n": 3, "s": "TERMINATED"}               EndRecord
@@ -21,6 +21,7 @@ from typing import Any, Union
 
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.journal import FsJournal
+from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.trial import ExploitRecord, TrialStatus, trial_name
 
 TRIALS_JOURNAL = "trials.journal"
@@ -28,10 +29,12 @@ TRIALS_JOURNAL = "trials.journal"
 
 @dataclass(frozen=True)
 class StartRecord:
-    """Attempt ``attempt`` of trial ``number`` was launched."""
+    """Attempt ``attempt`` of trial ``number`` was launched, resuming after its report
+    ``resume_iteration`` (0: from the start; None: not recorded, older journals)."""
 
     number: int
     attempt: int
+    resume_iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ def encode(record: JournalRecord) -> dict[str, Any]:
             "c": record.checkpoint_dir,
         }
     if isinstance(record, StartRecord):
-        return {"e": "start", "n": record.number, "a": record.attempt}
+        if record.resume_iteration is None:
+            return {"e": "start", "n": record.number, "a": record.attempt}
+        return {"e": "start", "n": record.number, "a": record.attempt, "i": record.resume_iteration}
     if isinstance(record, NameRecord):
         return {"e": "name", "n": record.number, "name": record.name, "dir": record.dir_name}
     if isinstance(record, ExploitRecord):
@@ -147,7 +152,8 @@ def decode(raw: dict[str, Any], last_iteration: int = 0) -> JournalRecord | None
             n, int(raw.get("i", last_iteration + 1)), raw.get("m") or {}, raw.get("c") or None
         )
     if kind == "start":
-        return StartRecord(n, int(raw.get("a", 0)))
+        resume = raw.get("i")
+        return StartRecord(n, int(raw.get("a", 0)), int(resume) if resume is not None else None)
     if kind == "err":
         error = TrialErrorRecord(
             trial_name(n),
@@ -240,3 +246,67 @@ class TrialJournal:
     def close(self) -> None:
         """Flush and close."""
         self.journal.close()
+
+
+def histories(records: Iterable[JournalRecord]) -> dict[int, list[dict[str, Any]]]:
+    """Every trial's reports as the driver kept them, rebuilt from the journal's records.
+
+    The driver's rules, replayed: a start of a trial that has reports keeps those up to
+    the report it resumes after (none for a retry from scratch; journals that did not
+    record it: up to its latest checkpoint), and a report of an iteration already seen
+    replaces that iteration and those after it.
+    """
+    rows: dict[int, list[dict[str, Any]]] = {}
+    last: dict[int, int] = {}
+    checkpoint: dict[int, int] = {}
+    for record in records:
+        n = record.number
+        if isinstance(record, StartRecord):
+            kept = rows.get(n)
+            if kept:
+                upto = record.resume_iteration
+                if upto is None:
+                    upto = checkpoint.get(n)
+                rows[n] = (
+                    [r for r in kept if int(r.get(ITERATION_KEY, 0)) <= upto]
+                    if upto is not None
+                    else []
+                )
+                last[n] = upto or 0
+        elif isinstance(record, ReportRecord):
+            trial_rows = rows.setdefault(n, [])
+            if trial_rows and record.iteration <= last.get(n, 0):
+                trial_rows = rows[n] = [
+                    r for r in trial_rows if int(r.get(ITERATION_KEY, 0)) < record.iteration
+                ]
+            trial_rows.append(record.metrics)
+            last[n] = record.iteration
+            if record.checkpoint_dir is not None:
+                checkpoint[n] = record.iteration
+    return rows
+
+
+class StoredHistories:
+    """The reports of finished trials, read back from the trial journal when asked for.
+
+    The driver drops a finished trial's reports (:meth:`LiveTrial.compact`): this
+    reads the journal once, on the first request, and keeps what it read; a trial it
+    does not know yet (it ended since) makes it read again.
+
+    Args:
+        journal: The experiment's trial journal (its buffer is written first).
+    """
+
+    def __init__(self, journal: TrialJournal) -> None:
+        self._journal = journal
+        self._rows: dict[int, list[dict[str, Any]]] = {}
+
+    def __call__(self, number: int) -> list[dict[str, Any]]:
+        """Trial ``number``'s reports, in order (a new list)."""
+        if number not in self._rows:
+            writer = self._journal.journal
+            if writer.writable and writer.pending:
+                writer.flush()
+            reader = FsJournal(writer.fs, writer.path, writable=False)
+            self._rows = histories(TrialJournal(reader).read())
+        return list(self._rows.get(number, ()))

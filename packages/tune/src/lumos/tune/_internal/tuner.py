@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import time
@@ -279,8 +280,11 @@ class Tuner:
         )
 
     def _grid(self, trials: list[LiveTrial], storage: RunStorage) -> ResultGrid:
+        # The sweep is over: its study, journals and controller (which reference each
+        # other) go first, so that the grid does not add to the driver's peak memory.
+        gc.collect()
         ordered = sorted(trials, key=lambda t: t.number)
-        results = [Result.from_trial(t, storage.fs) for t in snapshots(ordered)]
+        results = [Result._of_finished_sweep(t, storage.fs) for t in ordered]
         return ResultGrid(
             results,
             metric=self.tune_config.metric,
