@@ -299,3 +299,45 @@ def test_a_backend_setup_failure_says_so_and_counts_as_a_start_failure(tmp_path:
     ):
         trainer.fit()
     assert ("failure", ([(-1, FailureKind.START_FAILED)], False)) in rec.calls
+
+
+def test_a_permanent_storage_error_fails_the_run_clearly_and_keeps_its_commits(
+    tmp_path: Path,
+) -> None:
+    from fsspec.implementations.local import LocalFileSystem
+
+    from lumos.storage import StorageIOError
+    from lumos.storage.testing import FaultyFileSystem
+
+    faulty = FaultyFileSystem(LocalFileSystem(), enabled=False)
+
+    class BreakStorage(train.Callback):
+        """Once checkpoint 1 is committed, every write to the run's storage fails."""
+
+        def on_report(self, metrics: dict[str, Any], checkpoint: train.Checkpoint | None) -> None:
+            if metrics["step"] == 1:
+                faulty.set_faults(enabled=True, permanent=True, write_failure_rate=1.0)
+
+    trainer = make(
+        train_fns.checkpointing_loop,
+        {"steps": 5},
+        tmp_path,
+        FakeCluster(),
+        callbacks=[BreakStorage()],
+        storage_filesystem=faulty,
+    )
+    with pytest.raises(train.TrainingFailedError, match="storage failed") as info:
+        trainer.fit()
+    assert states(trainer)[-1] == "errored"
+    errors = list(info.value.worker_errors.values())
+    assert any(isinstance(e, StorageIOError) for e in errors), errors
+    # what was committed before the fault is still there, complete and named by the state
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert [c.dir_name for c in state.checkpoints][:2] == ["checkpoint_0", "checkpoint_1"]
+    for c in state.checkpoints:
+        assert sorted(p.name for p in (tmp_path / "run" / c.dir_name).iterdir()) == [
+            "shard_0.txt",
+            "shard_1.txt",
+            "state.json",
+        ]

@@ -24,6 +24,16 @@ class Callback:
         >>> RunConfig(callbacks=[PrintLoss()])  # doctest: +SKIP
     """
 
+    def on_start(self, run_name: str, run_path: str, config: dict[str, Any] | None) -> None:
+        """Called once per ``fit()``, before the first worker starts (a resumed run
+        calls it again).
+
+        Args:
+            run_name: ``RunConfig(name)`` (or the generated name).
+            run_path: the run's directory (local path or fsspec URL).
+            config: the trainer's ``train_loop_config``.
+        """
+
     def on_report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
         """Called for each report of rank 0, in order.
 

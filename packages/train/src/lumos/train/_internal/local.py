@@ -516,6 +516,8 @@ def _run_attempt(spec: LocalSpec, exchange: _Exchange, state: RunState) -> Resul
     session = _LocalSession(_worker_info(exchange, spec.use_gpu), driver)
     driver.session = session
     try:
+        for cb in spec.callbacks if rank0 else ():
+            cb.on_start(spec.storage.name, spec.storage.uri, spec.config)
         with _env("LUMOS_TRAIN_RUN_NAME", spec.storage.name):
             run_in_session(session, spec.train_fn, spec.config, args)
         driver.finish()

@@ -39,6 +39,7 @@ from lumos.runtime import (
     WorkerFailure,
     WorkerPreemptedEvent,
 )
+from lumos.storage import StorageIOError
 from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.failures import failure_of, upload_failure
 from lumos.train._internal.controller.group import GroupDriver
@@ -165,6 +166,8 @@ class TrainController:
         try:
             while not self.state.terminal:
                 self._transition(self._step(self.state))
+        except StorageIOError as exc:  # permanent, or transient past the retry budget
+            self._transition(ErroredState(self._failed_error(f"storage failed: {exc}", {-1: exc})))
         except BaseException as exc:  # Ctrl-C, a callback or the parent job raised
             self._transition(AbortedState(exc))
         return self._finalize(self.state)
@@ -195,6 +198,9 @@ class TrainController:
         self._resubmit_validations()
         resume = self.book.latest()
         self.book.set_status("running")
+        storage = self.spec.storage
+        for cb in self.spec.callbacks:
+            cb.on_start(storage.name, storage.uri, self.spec.config)
         return SchedulingState(attempt=self.book.attempts, resume_from=resume)
 
     def _schedule(self, state: SchedulingState) -> ControllerState:

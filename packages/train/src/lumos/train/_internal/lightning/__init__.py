@@ -1,0 +1,1 @@
+"""PyTorch Lightning on lumos (the ``lightning`` extra): see ``lumos.train.lightning``."""
