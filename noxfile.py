@@ -126,7 +126,9 @@ def _install_all(session: nox.Session, *extra: str) -> None:
 def integration(session: nox.Session) -> None:
     """Everything that needs more than one package: Tune over Train, multi-node, S3."""
     _install_all(session)
-    _pytest(session, "integration-tests")
+    _pytest(session, "integration-tests", "--ignore=integration-tests/soak")
+    # The short chaos soak starts its own cluster: a pytest process of its own.
+    _pytest(session, "integration-tests/soak")
 
 
 @nox.session
@@ -159,6 +161,15 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+def soak(session: nox.Session) -> None:
+    """The chaos soak on demand: ``nox -s soak -- --minutes N --seed S [--storage local|s3|both]``."""
+    _install_all(session)
+    env = {k: v for k, v in TEST_ENV.items() if k != "RAY_ADDRESS"}  # it starts its own cluster
+    args = session.posargs or ["--minutes", "10", "--seed", "1"]
+    session.run("python", "integration-tests/soak/soak.py", *args, env=env)
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
     """Tune a small PyTorch classifier on scikit-learn's digits with Tune over Train."""
     _install_all(session)
@@ -173,3 +184,43 @@ def bench(session: nox.Session) -> None:
     names = session.posargs or sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
     for name in names:
         session.run("python", os.path.join("benchmarks", name), env=env)
+
+
+# distribution name -> (folder, what a user imports); sibling wheels come from dist/.
+WHEELS = {
+    "lumos_storage": (STORAGE, "lumos.storage"),
+    "lumos_runtime_common": (RUNTIME, "lumos.runtime"),
+    "lumos_train": (TRAIN, "lumos.train, lumos.train.torch"),
+    "lumos_tune": (TUNE, "lumos.tune, lumos.tune.cli"),
+}
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """The four wheels and sdists in dist/, checked, each installed ALONE in a fresh venv.
+
+    Each wheel gets a fresh ``python -m venv`` with only its declared dependencies:
+    the sibling lumos wheels from dist/, the rest from the index with the pins. There
+    it must import (and lumos-storage's ``lumos --help`` must run). Not in the default
+    sessions: it installs torch and Ray from scratch (``nox -s build`` to run it).
+    """
+    import shutil
+
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    _install(session, "build", "twine")
+    for folder, _ in WHEELS.values():
+        session.run("python", "-m", "build", "--outdir", str(dist), folder)
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
+    for dist_name, (_, modules) in WHEELS.items():
+        (wheel,) = dist.glob(f"{dist_name}-*.whl")
+        venv = Path(session.create_tmp()) / f"alone-{dist_name}"
+        session.run("python", "-m", "venv", "--clear", str(venv))
+        python, bin_dir = str(venv / "bin" / "python"), venv / "bin"
+        pip = [python, "-m", "pip", "install", "-q", *CONSTRAINTS, "--find-links", str(dist)]
+        session.run(*pip, str(wheel), external=True)
+        names = modules.split(", ")
+        code = "; ".join(f"import {m}" for m in names) + f"; print({names[0]}.__version__)"
+        session.run(python, "-c", code, external=True)
+        if dist_name == "lumos_storage":
+            session.run(str(bin_dir / "lumos"), "--help", external=True)

@@ -1,0 +1,217 @@
+"""What the soak's drivers run on the cluster: the training function, its validation
+and the Tune trial.
+
+Workers import this module by name (the drivers put this folder on the Ray job's
+code search path). It writes two things outside the system under test, into the
+harness's own directory (``config["ledger_dir"]``):
+
+* ``ledger/<run>.jsonl``: one JSON line per ``train.report`` that returned on a rank
+  (``run``, ``rank``, ``step``, ``ckpt``, ``mode``, ``attempt``, ``pid``, ``seen``:
+  the latest committed checkpoint this rank knows of right after the report);
+* ``markers/<run>/rank<r>.json``: this rank's pid and what it is doing now
+  (``"step"`` or ``"checkpoint"`` with the step), so the fault injector finds the
+  worker processes and can kill one in the middle of a checkpoint upload.
+
+The Tune trial appends ``start`` / ``end`` lines to ``ledger/trials.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+from lumos import train
+
+# torch is imported in the functions, not here: unpickling a function of this module
+# happens inside the worker's launch call, which the health check times (finding 2 of
+# the soak: a fresh worker importing torch on a starved CPU was declared hung).
+
+META = "meta.json"
+
+
+def shard_name(rank: int) -> str:
+    """The file each rank writes into every checkpoint (sharded checkpoints)."""
+    return f"shard-{rank}.pt"
+
+
+def _append(path: str, record: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one small O_APPEND write: lines never interleave
+    finally:
+        os.close(fd)
+
+
+def _mark(config: dict[str, Any], rank: int, doing: str, step: int) -> None:
+    directory = os.path.join(config["ledger_dir"], "markers", config["run"])
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"rank{rank}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "doing": doing, "step": step, "t": time.time()}, f)
+    os.replace(tmp, path)
+
+
+def _name_of(checkpoint: Any) -> str | None:
+    return None if checkpoint is None else str(checkpoint.path).rstrip("/").rsplit("/", 1)[-1]
+
+
+def train_fn(config: dict[str, Any]) -> None:
+    """``config["steps"]`` steps of ``step_s`` each; a sharded checkpoint every
+    ``ckpt_every`` steps (each rank saves its own shard), validated every
+    ``validate_every`` steps; resumes from ``train.get_checkpoint()`` and checks
+    that every shard of it loads and belongs to its step.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from lumos.runtime import worker
+
+    session = worker.get_session()
+    assert session is not None
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    mode = (
+        train.CheckpointUploadMode.ASYNC
+        if config["mode"] == "async"
+        else train.CheckpointUploadMode.SYNC
+    )
+    ledger = os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl")
+    start = 0
+    weights = torch.zeros(config["shard_floats"])
+    checkpoint = train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, META)) as f:
+                start = int(json.load(f)["step"])
+            shard = torch.load(os.path.join(d, shard_name(rank)), weights_only=True)
+            if int(shard["step"]) != start or int(shard["rank"]) != rank:
+                raise RuntimeError(f"shard of rank {rank} does not belong to step {start}: {shard}")
+            weights = shard["w"]
+    _mark(config, rank, "step", start)
+    for step in range(start + 1, int(config["steps"]) + 1):
+        total = torch.ones(1)
+        dist.all_reduce(total)  # every rank is alive and in the group
+        weights = weights + 1.0
+        session.stop_event.wait(float(config["step_s"]))
+        x = float(config.get("x", 1.5))
+        metrics = {"step": step, "loss": (x - 1.5) ** 2 + 1.0 / step, "attempt": ctx.get_attempt()}
+        name = None
+        if step % int(config["ckpt_every"]) == 0:
+            name = f"step={step}"
+            d = tempfile.mkdtemp(prefix="soak-ckpt-")
+            torch.save(
+                {"step": step, "rank": rank, "w": weights}, os.path.join(d, shard_name(rank))
+            )
+            if rank == 0:
+                with open(os.path.join(d, META), "w") as f:
+                    json.dump({"step": step}, f)
+            _mark(config, rank, "checkpoint", step)
+            train.report(
+                metrics,
+                checkpoint=train.Checkpoint.from_directory(d),
+                checkpoint_dir_name=name,
+                checkpoint_upload_mode=mode,
+                validation=step % int(config["validate_every"]) == 0,
+            )
+            if mode == train.CheckpointUploadMode.SYNC:
+                import shutil
+
+                shutil.rmtree(d, ignore_errors=True)
+        else:
+            train.report(metrics)
+        _mark(config, rank, "step", step)
+        _append(
+            ledger,
+            {
+                "run": config["run"],
+                "rank": rank,
+                "step": step,
+                "ckpt": name,
+                "mode": config["mode"],
+                "attempt": ctx.get_attempt(),
+                "pid": os.getpid(),
+                "seen": _name_of(train.get_checkpoint()),
+            },
+        )
+
+
+def validate(checkpoint: Any) -> dict[str, Any]:
+    """Load every shard of ``checkpoint``; its step and the shards' mean weight."""
+    import torch
+
+    with checkpoint.as_directory() as d:
+        with open(os.path.join(d, META)) as f:
+            step = int(json.load(f)["step"])
+        shards = sorted(n for n in os.listdir(d) if n.startswith("shard-"))
+        values = [
+            float(torch.load(os.path.join(d, n), weights_only=True)["w"].mean()) for n in shards
+        ]
+    return {
+        "val_step": step,
+        "val_loss": sum(values) / max(len(values), 1),
+        "val_shards": len(shards),
+    }
+
+
+def trial_fn(config: dict[str, Any]) -> None:
+    """A Tune trial: a 2-worker TorchTrainer run of ``train_fn`` in the trial's directory."""
+    from lumos import tune
+    from lumos.train.torch import TorchTrainer
+
+    trial = tune.get_context().get_trial_name()
+    ledger = os.path.join(config["ledger_dir"], "ledger", "trials.jsonl")
+    _append(
+        ledger,
+        {
+            "sweep": config["sweep"],
+            "trial": trial,
+            "event": "start",
+            "pid": os.getpid(),
+            "t": time.time(),
+        },
+    )
+    loop = dict(config["loop"], run=f"{config['sweep']}-{trial}")
+    loop["x"] = config["x"]
+    trainer = TorchTrainer(
+        train_fn,
+        train_loop_config=loop,
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(
+            verbose=False,
+            failure_config=train.FailureConfig(
+                max_failures=-1, health_check_timeout_s=config["health_check_timeout_s"]
+            ),
+            checkpoint_config=train.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except tune.TrialPruned:
+        _append(
+            ledger,
+            {
+                "sweep": config["sweep"],
+                "trial": trial,
+                "event": "pruned",
+                "pid": os.getpid(),
+                "t": time.time(),
+            },
+        )
+        raise
+    _append(
+        ledger,
+        {
+            "sweep": config["sweep"],
+            "trial": trial,
+            "event": "end",
+            "pid": os.getpid(),
+            "t": time.time(),
+            "metrics": result.metrics,
+        },
+    )
