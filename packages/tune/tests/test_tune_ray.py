@@ -188,7 +188,7 @@ def test_a_trial_may_reserve_no_cpu(ray_cluster: Any, tmp_path: Any) -> None:
         ),
         run_config=run_config(tmp_path, "zero-cpu"),
     ).fit()
-    assert grid.num_terminated == 2
+    assert grid.num_terminated == 2, [r.error for r in grid]
     assert [r.metrics["cpus"] for r in grid] == [0.0, 0.0]
 
 
