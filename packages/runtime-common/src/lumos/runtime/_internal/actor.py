@@ -43,6 +43,10 @@ ACTOR_MAX_CONCURRENCY = 16
 _ORDER_WAIT_S = 30.0
 
 
+# How long launch() waits for the previous user thread, which has queued its outcome, to end.
+_PREVIOUS_THREAD_GRACE_S = 2.0
+
+
 def _node_ip() -> str:
     try:
         import ray
@@ -179,8 +183,14 @@ class WorkerActor:
         self._rank = info.world_rank if info is not None else None
         outbox = self._outbox
         try:
-            if self._thread is not None and self._thread.is_alive():
-                raise RuntimeError("launch() on a worker whose previous function is still running")
+            if self._thread is not None:
+                # A thread that queued its outcome (the owner saw it and launches again)
+                # may not have returned yet: give it a moment to end.
+                self._thread.join(_PREVIOUS_THREAD_GRACE_S)
+                if self._thread.is_alive():
+                    raise RuntimeError(
+                        "launch() on a worker whose previous function is still running"
+                    )
             session = WorkerSession(info, session_info, outbox, self._preemption)
         except BaseException as exc:
             outbox.put((ERROR, -1, RemoteError.from_exception(exc, rank=self._rank)))
