@@ -32,19 +32,17 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from lumos.train._internal.errors import TrainConfigError, TrainTypeError
+from lumos.train._internal.extras import require_extra
 
-EXTRA = "pip install 'lumos-train[transformers]'"
-
-try:
-    import transformers
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-except ImportError as _exc:  # the optional extra is missing
-    raise ImportError(
-        "lumos.train.huggingface.transformers needs Hugging Face Transformers and "
-        f"accelerate, which are not installed ({type(_exc).__name__}: {_exc}); install "
-        f"the extra: {EXTRA}"
-    ) from _exc
+require_extra(  # an ImportError naming the extra, before the imports below
+    "transformers",
+    "transformers",
+    "lumos.train.huggingface.transformers",
+    "Hugging Face Transformers and accelerate",
+)
+import transformers  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerControl, TrainerState, TrainingArguments

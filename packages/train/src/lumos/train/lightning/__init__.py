@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lumos.runtime import lazy_attributes
-from lumos.train._internal.lightning.extra import require_lightning
+from lumos.train._internal.extras import require_extra
 
-require_lightning()  # an ImportError naming `pip install 'lumos-train[lightning]'`
+# before anything subclasses Lightning's classes: an ImportError naming the extra
+require_extra("lightning.pytorch", "lightning", "lumos.train.lightning", "PyTorch Lightning")
 
 if TYPE_CHECKING:
     from lumos.train._internal.lightning.callback import (

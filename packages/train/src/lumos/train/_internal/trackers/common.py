@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import tempfile
 from typing import Any
@@ -10,16 +9,6 @@ from typing import Any
 from lumos.storage import Checkpoint
 from lumos.train._internal.api import get_context
 from lumos.train._internal.errors import NotInTrainingFunctionError
-
-
-def require(module: str) -> Any:
-    """Import ``module`` (``mlflow`` or ``wandb``), or raise an ImportError naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"lumos.train.integrations.{module} needs {module}: pip install 'lumos-train[{module}]'"
-        ) from exc
 
 
 def flat(

@@ -11,13 +11,14 @@ from typing import Any
 
 from lumos.storage import Checkpoint
 from lumos.train._internal.callback import Callback
+from lumos.train._internal.extras import require_extra
 from lumos.train._internal.result import Result
 from lumos.train._internal.trackers import common
 
 log = logging.getLogger("lumos.train")
 
-mlflow = common.require("mlflow")
-_entities = common.require("mlflow.entities")
+mlflow = require_extra("mlflow", "mlflow", "lumos.train.integrations.mlflow")
+_entities = require_extra("mlflow.entities", "mlflow", "lumos.train.integrations.mlflow", "mlflow")
 
 
 SEND_TIMEOUT_S = 600.0

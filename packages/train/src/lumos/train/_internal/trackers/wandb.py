@@ -9,10 +9,11 @@ from typing import Any
 
 from lumos.storage import Checkpoint
 from lumos.train._internal.callback import Callback
+from lumos.train._internal.extras import require_extra
 from lumos.train._internal.result import Result
 from lumos.train._internal.trackers import common
 
-wandb = common.require("wandb")
+wandb = require_extra("wandb", "wandb", "lumos.train.integrations.wandb")
 
 
 def _login(api_key: str | None, api_key_file: str | None) -> None:
