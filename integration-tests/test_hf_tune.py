@@ -6,12 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import hf_workloads
-import optuna
 import pytest
-from it_helpers import assert_no_uncommitted, nested_run
+from it_helpers import assert_pruned_run_stopped, sweep_good_and_bad
 
-from lumos import train, tune
-from lumos.storage import RunStorage
+from lumos import train
 from lumos.train.torch import TorchTrainer
 
 pytest.importorskip("transformers")
@@ -41,43 +39,23 @@ def test_pruned_hf_trial_stops_its_trainer(
     # The tiny model's loss is about 0.7 (two labels); scaled by 100 the first
     # report is above the threshold, so ThresholdPruner prunes that trial at once.
     hf_dir = str(tmp_path / "hf")
-    grid = tune.Tuner(
+    _, good, bad = sweep_good_and_bad(
         _trial,
-        param_space={"loss_scale": tune.choice([1.0, 100.0]), "hf_dir": hf_dir},
-        tune_config=tune.TuneConfig(
-            metric="loss",
-            mode="min",
-            num_samples=2,
-            max_concurrent_trials=2,
-            trial_resources={"CPU": 0},
-            points_to_evaluate=[
-                {"loss_scale": 1.0, "hf_dir": hf_dir},
-                {"loss_scale": 100.0, "hf_dir": hf_dir},
-            ],
-            pruner=optuna.pruners.ThresholdPruner(upper=10.0),
-        ),
-        run_config=tune.RunConfig(name="hfprune", storage_path=storage_dir, verbose=0),
-    ).fit()
-
-    by_scale = {r.config["loss_scale"]: r for r in grid}
-    good, bad = by_scale[1.0], by_scale[100.0]
-    assert good.status == "TERMINATED", good.error
+        "hfprune",
+        storage_dir,
+        key="loss_scale",
+        good=1.0,
+        bad=100.0,
+        metric="loss",
+        upper=10.0,
+        constants={"hf_dir": hf_dir},
+    )
     assert good.metrics["step"] == GOOD_STEPS
     assert "train_loss" in good.metrics  # the HF Trainer's summary, the run's last report
-    assert bad.status == "PRUNED", bad.error
-    assert grid.num_errors == 0
-
-    experiment = RunStorage(storage_dir, "hfprune")
-    bad_run = nested_run(experiment, bad.trial_name)
-    state = bad_run.load_state()
-    assert state is not None
-    assert state.status == "aborted"  # stopped by its trial: not finished, not errored
+    good_run, bad_run = assert_pruned_run_stopped(storage_dir, "hfprune", good, bad)
     steps = [row["step"] for row in bad_run.read_metrics()]
     assert 1 <= len(steps) < 50
     assert steps == list(range(1, len(steps) + 1))  # one report per HF step
-    good_run = nested_run(experiment, good.trial_name)
     good_state = good_run.load_state()
     assert good_state is not None
-    assert good_state.status == "finished"
     assert [c.dir_name for c in good_state.checkpoints] == ["checkpoint-2", "checkpoint-4"]
-    assert_no_uncommitted(storage_dir, "hfprune")

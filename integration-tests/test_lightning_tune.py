@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
-from it_helpers import assert_no_uncommitted, nested_run
+from it_helpers import assert_pruned_run_stopped, sweep_good_and_bad
 
 from lumos import train, tune
-from lumos.storage import RunStorage
 from lumos.train.torch import TorchTrainer
 
 MAX_EPOCHS = 200  # a pruned run must stop far earlier
@@ -103,45 +101,24 @@ def _trial(config: dict[str, float]) -> None:
 
 
 def test_pruning_stops_a_lightning_run_cleanly(ray_cluster: str, storage_dir: str) -> None:
-    grid = tune.Tuner(
+    _, good, bad = sweep_good_and_bad(
         _trial,
-        param_space={"offset": tune.choice([0.0, 10.0])},
-        tune_config=tune.TuneConfig(
-            metric="score",
-            mode="min",
-            num_samples=2,
-            max_concurrent_trials=2,
-            trial_resources={"CPU": 0},
-            points_to_evaluate=[{"offset": 0.0}, {"offset": 10.0}],
-            pruner=optuna.pruners.ThresholdPruner(upper=UPPER),
-        ),
-        run_config=tune.RunConfig(
-            name="pl-prune",
-            storage_path=storage_dir,
-            verbose=0,
-            failure_config=tune.FailureConfig(health_check_timeout_s=PATIENT_S),
-        ),
-    ).fit()
-
-    by_offset = {r.config["offset"]: r for r in grid}
-    good, bad = by_offset[0.0], by_offset[10.0]
-    assert good.status == "TERMINATED", good.error
+        "pl-prune",
+        storage_dir,
+        key="offset",
+        good=0.0,
+        bad=10.0,
+        metric="score",
+        upper=UPPER,
+        run_config={"failure_config": tune.FailureConfig(health_check_timeout_s=PATIENT_S)},
+    )
     assert good.metrics["epoch"] == GOOD_EPOCHS - 1
-    assert bad.status == "PRUNED", bad.error
     assert bad.error is None
-    assert grid.num_errors == 0
-
-    experiment = RunStorage(storage_dir, "pl-prune")
-    bad_run = nested_run(experiment, bad.trial_name)
-    state = bad_run.load_state()
-    assert state is not None
-    assert state.status == "aborted"  # stopped by its trial: neither finished nor errored
+    good_run, bad_run = assert_pruned_run_stopped(storage_dir, "pl-prune", good, bad)
     epochs = [row["epoch"] for row in bad_run.read_metrics()]
     assert 1 <= len(epochs) < MAX_EPOCHS
     assert epochs == list(range(len(epochs)))
-    good_state = nested_run(experiment, good.trial_name).load_state()
+    good_state = good_run.load_state()
     assert good_state is not None
-    assert good_state.status == "finished"
     assert [c.metrics["epoch"] for c in good_state.live_checkpoints()] == [0, 1]
-    assert_no_uncommitted(storage_dir, "pl-prune")
     # ray_cluster's teardown: no worker actor or placement group left alive

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import optuna
 import workloads
-from it_helpers import assert_no_uncommitted, nested_run
+from it_helpers import assert_pruned_run_stopped, sweep_good_and_bad
 
-from lumos import train, tune
-from lumos.storage import RunStorage
+from lumos import train
 from lumos.train.torch import TorchTrainer
 
 MAX_STEPS = 3000  # a pruned run must stop far earlier
@@ -27,38 +25,12 @@ def _trial(config: dict[str, float]) -> None:
 
 def test_pruned_trial_stops_its_train_workers(ray_cluster: str, storage_dir: str) -> None:
     # ThresholdPruner: deterministic, prunes the first report above 1.0.
-    grid = tune.Tuner(
-        _trial,
-        param_space={"loss": tune.choice([0.5, 5.0])},
-        tune_config=tune.TuneConfig(
-            metric="loss",
-            mode="min",
-            num_samples=2,
-            max_concurrent_trials=2,
-            trial_resources={"CPU": 0},
-            points_to_evaluate=[{"loss": 0.5}, {"loss": 5.0}],
-            pruner=optuna.pruners.ThresholdPruner(upper=1.0),
-        ),
-        run_config=tune.RunConfig(name="prune", storage_path=storage_dir, verbose=0),
-    ).fit()
-
-    by_loss = {r.config["loss"]: r for r in grid}
-    good, bad = by_loss[0.5], by_loss[5.0]
-    assert good.status == "TERMINATED", good.error
+    _, good, bad = sweep_good_and_bad(
+        _trial, "prune", storage_dir, key="loss", good=0.5, bad=5.0, metric="loss", upper=1.0
+    )
     assert good.metrics["step"] == GOOD_STEPS
-    assert bad.status == "PRUNED", bad.error
-    assert grid.num_errors == 0
-
-    experiment = RunStorage(storage_dir, "prune")
-    bad_run = nested_run(experiment, bad.trial_name)
-    state = bad_run.load_state()
-    assert state is not None
-    assert state.status == "aborted"  # stopped by its trial, not finished, not errored
+    _, bad_run = assert_pruned_run_stopped(storage_dir, "prune", good, bad)
     steps = [row["step"] for row in bad_run.read_metrics()]
     assert 1 <= len(steps) < MAX_STEPS
     assert steps == list(range(1, len(steps) + 1))
-    good_state = nested_run(experiment, good.trial_name).load_state()
-    assert good_state is not None
-    assert good_state.status == "finished"
-    assert_no_uncommitted(storage_dir, "prune")
     # ray_cluster's teardown: no worker actor or placement group left alive

@@ -43,6 +43,14 @@ ACTOR_MAX_CONCURRENCY = 16
 _ORDER_WAIT_S = 30.0
 
 
+def _unbox(box: list[Any]) -> Any:
+    """The value in a one-item list: fetched (and unpickled) when it is an ObjectRef."""
+    import ray
+
+    value = box[0]
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
 # How long launch() waits for the previous user thread, which has queued its outcome, to end.
 _PREVIOUS_THREAD_GRACE_S = 2.0
 
@@ -206,15 +214,11 @@ class WorkerActor:
             # seconds, or a minute on a starved CPU. It runs here, in the user thread, so
             # this launch call returns at once and the owner's long-polls keep answering:
             # a slow import is never taken for a hung worker. Its errors are ERROR events.
-            import ray
-
             fn = self._fn_cache.get(fn_key)
             if fn is None:
-                payload = fn_box[0]
-                fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
+                fn = _unbox(fn_box)
                 self._fn_cache = {fn_key: fn}  # keep only the latest function
-            packed = args_box[0]
-            args, kwargs = ray.get(packed) if isinstance(packed, ray.ObjectRef) else packed
+            args, kwargs = _unbox(args_box)
             return fn(*args, **{**kwargs, **(rank_kwargs or {})})
 
         thread = threading.Thread(
@@ -255,12 +259,8 @@ class WorkerActor:
         does this so that taking over a rank imports nothing); the arguments are
         dropped again, only the modules they needed stay imported."""
         try:
-            import ray
-
-            payload = fn_box[0]
-            fn = ray.get(payload) if isinstance(payload, ray.ObjectRef) else payload
-            if isinstance(args_box[0], ray.ObjectRef):
-                ray.get(args_box[0])  # unpickled for the imports it needs, then dropped
+            fn = _unbox(fn_box)
+            _unbox(args_box)  # unpickled for the imports it needs, then dropped
         except Exception:
             return  # launch() fetches them again and reports the error
         self._fn_cache = {fn_key: fn}
