@@ -181,9 +181,20 @@ def _rss_child(n: int, storage: str, address: str) -> None:
     print(json.dumps({"rate": rate, "peak_rss_mb": _peak_rss_mb(), "files": files}))
 
 
-def driver_rss(n: int, storage: str, address: str) -> dict[str, float]:
+def _rss_floor_child(n: int, address: str) -> None:
+    ray.init(address=address, log_to_driver=False)
+    rate = bare_ray(n, "random")
+    print(json.dumps({"rate": rate, "peak_rss_mb": _peak_rss_mb(), "files": 0}))
+
+
+def driver_rss(n: int, storage: str, address: str, floor: bool = False) -> dict[str, float]:
+    child = (
+        ["--rss-floor-child", str(n), address]
+        if floor
+        else ["--rss-child", str(n), storage, address]
+    )
     out = subprocess.run(
-        [sys.executable, __file__, "--rss-child", str(n), storage, address],
+        [sys.executable, __file__, *child],
         check=True,
         capture_output=True,
         text=True,
@@ -197,6 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--rss-child", nargs=3, metavar=("N", "STORAGE", "ADDRESS"))
+    parser.add_argument("--rss-floor-child", nargs=2, metavar=("N", "ADDRESS"))
     parser.add_argument("--pbt", action="store_true", help="only the PBT section")
     parser.add_argument("--rss", action="store_true", help="only the driver RSS / files section")
     args = parser.parse_args()
@@ -209,6 +221,10 @@ def main() -> None:
     if args.rss_child:
         n, storage, address = args.rss_child
         _rss_child(int(n), storage, address)
+        return
+    if args.rss_floor_child:
+        n, address = args.rss_floor_child
+        _rss_floor_child(int(n), address)
         return
 
     trials = 40 if args.quick else TRIALS
@@ -243,6 +259,7 @@ def main() -> None:
             )
         theirs = ray_tune(ray_trials, storage)
         rss = {n: driver_rss(n, storage, address) for n in rss_sizes}
+        floor_rss = {n: driver_rss(n, storage, address, floor=True) for n in rss_sizes}
     ray.shutdown()
 
     print()
@@ -274,7 +291,7 @@ def main() -> None:
             f"  lumos / ray.tune = {ratio_ray:6.1f}x per-trial cost, TPE  (budget >= 100x)  "
             f"{'OK' if ratio_ray >= 100 else 'OVER BUDGET'}"
         )
-    _print_rss(rss, rss_sizes)
+    _print_rss(rss, floor_rss, rss_sizes)
     _pbt_section(args.quick)
 
 
@@ -284,19 +301,37 @@ def _rss_section(quick: bool) -> None:
     ctx = ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-tune-") as storage:
-            rss = {n: driver_rss(n, storage, ctx.address_info["address"]) for n in rss_sizes}
+            address = ctx.address_info["address"]
+            rss = {n: driver_rss(n, storage, address) for n in rss_sizes}
+            floor_rss = {n: driver_rss(n, storage, address, floor=True) for n in rss_sizes}
     finally:
         ray.shutdown()
-    _print_rss(rss, rss_sizes)
+    _print_rss(rss, floor_rss, rss_sizes)
 
 
-def _print_rss(rss: dict[int, dict[str, float]], rss_sizes: tuple[int, ...]) -> None:
+def _print_rss(
+    rss: dict[int, dict[str, float]],
+    floor_rss: dict[int, dict[str, float]],
+    rss_sizes: tuple[int, ...],
+) -> None:
     small, large = rss[rss_sizes[0]], rss[rss_sizes[-1]]
     growth = large["peak_rss_mb"] / small["peak_rss_mb"]
     print(
         f"driver peak RSS (RandomSampler): {small['peak_rss_mb']:.0f} MB at {rss_sizes[0]} "
         f"trials, {large['peak_rss_mb']:.0f} MB at {rss_sizes[-1]} -> {growth:.2f}x "
         f"(budget <= 1.1x) {'OK' if growth <= 1.1 else 'OVER BUDGET'}"
+    )
+    # The same sweep with bare Ray (ask/tell in an in-memory Optuna study, 2 actors):
+    # what Ray and Optuna themselves add over the same number of trials.
+    f_small, f_large = floor_rss[rss_sizes[0]], floor_rss[rss_sizes[-1]]
+    f_mb = f_large["peak_rss_mb"] - f_small["peak_rss_mb"]
+    l_mb = large["peak_rss_mb"] - small["peak_rss_mb"]
+    extra = rss_sizes[-1] - rss_sizes[0]
+    print(
+        f"  bare-Ray floor: {f_small['peak_rss_mb']:.0f} MB -> {f_large['peak_rss_mb']:.0f} MB "
+        f"({f_large['peak_rss_mb'] / f_small['peak_rss_mb']:.2f}x, +{f_mb:.1f} MB); lumos "
+        f"+{l_mb:.1f} MB: {l_mb / max(f_mb, 1e-9):.2f}x the floor's growth, "
+        f"{(l_mb - f_mb) * 1024 / extra:.2f} KB per trial beyond it"
     )
     flat = large["files"] == small["files"]
     print(

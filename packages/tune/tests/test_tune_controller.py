@@ -368,7 +368,7 @@ def test_finished_trials_keep_a_summary_and_read_their_reports_back_from_the_jou
     ]
     for t in trials:
         assert t.status.is_finished
-        assert t.rows == []  # the driver keeps no history of its own...
+        assert not t.rows  # the driver keeps no history of its own...
         assert t.history == told[t.trial_name]  # ...and reads it back as it was
         assert list(t.snapshot().history) == told[t.trial_name]
         result = Result._of_finished_sweep(t, ctl.exp.storage.fs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import optuna
@@ -15,12 +16,20 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "lumos" / "tune"
 
 
 @pytest.mark.parametrize(("owner", "attribute"), optuna_bridge.PRIVATE_ATTRIBUTES)
-def test_every_private_attribute_exists_in_the_installed_optuna(owner: str, attribute: str) -> None:
+def test_every_private_attribute_exists_in_the_installed_optuna(
+    owner: str, attribute: str, tmp_path: Path
+) -> None:
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
     study.ask()
+    journal = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log"))
+    )
     objects = {
         "optuna.Study": study,
         "optuna.trial.FrozenTrial": study.get_trials(deepcopy=False)[0],
+        "optuna.storages.JournalStorage": journal,
+        "optuna.storages.journal.JournalStorageReplayResult": getattr(journal, "_replay_result"),
+        "optuna.study._tell": importlib.import_module("optuna.study._tell"),
     }
     if not hasattr(objects[owner], attribute):
         pytest.fail(str(OptunaApiChangedError(owner, attribute)))
@@ -39,8 +48,11 @@ def test_the_bridge_round_trips_a_running_trial() -> None:
     assert optuna_bridge.trial_id_of(frozen) == optuna_bridge.trial_id_of_number(study, 1)
     attached = optuna_bridge.attach_number(study, 1)
     attached.report(0.5, 1)
-    study.tell(attached, 0.25)
+    optuna_bridge.tell(study, attached, [0.25])
     assert optuna_bridge.stored_trial(study, 1).state.is_finished()
+    assert optuna_bridge.stored_trial(study, 1).value == 0.25
+    optuna_bridge.tell(study, 0, state=optuna.trial.TrialState.PRUNED)
+    assert optuna_bridge.stored_trial(study, 0).state == optuna.trial.TrialState.PRUNED
 
 
 def test_a_missing_attribute_names_itself_and_the_optuna_version() -> None:

@@ -6,11 +6,13 @@ check the behaviours those numbers rest on.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 import fsspec
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from lumos import tune
@@ -68,8 +70,8 @@ def _objective(config: dict[str, Any]) -> None:
     tune.report({"loss": config["x"]})
 
 
-def _files_after(tmp_path: Any, name: str, n: int) -> int:
-    grid = tune.Tuner(
+def _sweep(tmp_path: Any, name: str, n: int, **tune_config: Any) -> tune.ResultGrid:
+    return tune.Tuner(
         _objective,
         param_space={"x": tune.uniform(0, 1)},
         tune_config=tune.TuneConfig(
@@ -77,13 +79,121 @@ def _files_after(tmp_path: Any, name: str, n: int) -> int:
             mode="min",
             num_samples=n,
             sampler=optuna.samplers.RandomSampler(seed=0),
+            **tune_config,
         ),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
         _pool_factory=lambda resources: FakeWorkerPool(resources),
     ).fit()
+
+
+def _files_after(tmp_path: Any, name: str, n: int) -> int:
+    grid = _sweep(tmp_path, name, n)
     assert grid.num_terminated == n
     return sum(len(files) + len(dirs) for _, dirs, files in os.walk(tmp_path / name))
 
 
 def test_a_sweep_without_checkpoints_or_loggers_writes_o1_files(tmp_path: Any) -> None:
     assert _files_after(tmp_path, "small", 5) == _files_after(tmp_path, "large", 60)
+
+
+def test_finished_trials_are_kept_slim_and_equal(tmp_path: Any) -> None:
+    path = str(tmp_path / "study.journal")
+    storage, backend = _storage(path)
+    study = optuna.create_study(study_name="s", storage=storage)
+    for i in range(6):
+        t = study.ask()
+        x = t.suggest_float("x", 0, 1)
+        t.suggest_categorical("opt", ["adam", "sgd"])
+        t.report(x, step=1)
+        if i == 4:
+            study.tell(t, state=TrialState.PRUNED)
+        else:
+            study.tell(t, x)
+    running = study.ask()
+    running.suggest_float("x", 0, 1)
+    backend.journal.flush()
+
+    # The same trials, field for field, as a plain Optuna storage reading the journal.
+    plain = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
+    expected = optuna.load_study(study_name="s", storage=plain).get_trials(deepcopy=False)
+    kept = study.get_trials(deepcopy=False)
+    assert kept == expected
+    finished = [t for t in kept if t.state.is_finished()]
+    assert len(finished) == 6
+    # ...sharing one distributions dict and one empty dict; the running trial is Optuna's own.
+    assert len({id(t.distributions) for t in finished}) == 1
+    assert len({id(t.user_attrs) for t in finished}) == 1
+    assert kept[-1].distributions is not finished[0].distributions
+    assert finished[0].intermediate_values == {1: finished[0].params["x"]}
+    # Samplers that read the history still work on the slim trials (deep copies too).
+    tpe = optuna.create_study(
+        study_name="s", storage=storage, load_if_exists=True, sampler=optuna.samplers.TPESampler()
+    )
+    assert 0 <= tpe.ask().suggest_float("x", 0, 1) <= 1
+    assert study.trials == study.get_trials(deepcopy=False)
+
+    # A new driver slims what it replays.
+    reopened, _ = _storage(path)
+    again = optuna.load_study(study_name="s", storage=reopened).get_trials(deepcopy=False)
+    assert again[:6] == finished
+    assert len({id(t.distributions) for t in again if t.state.is_finished()}) == 1
+
+
+def test_a_finished_sweep_shares_params_and_keeps_no_default_names(tmp_path: Any) -> None:
+    grid = _sweep(
+        tmp_path,
+        "slim",
+        4,
+        trial_name_creator=lambda t: "custom" if t.number == 1 else f"trial_{t.number:05d}",
+    )
+    assert [r.trial_name for r in grid] == ["trial_00000", "custom", "trial_00002", "trial_00003"]
+    assert [r.trial_id for r in grid] == ["00000", "00001", "00002", "00003"]
+    assert grid[2].path == os.path.join(str(tmp_path), "slim", "trial_00002")
+    assert grid[2].metrics == {"loss": grid[2].config["x"], "training_iteration": 1}
+    assert grid[2].metrics_dataframe["loss"].tolist() == [grid[2].config["x"]]
+    best = grid.get_best_result()
+    assert best is grid[[r.metrics["loss"] for r in grid].index(best.metrics["loss"])]
+    assert len(grid.get_dataframe()) == 4
+
+
+def test_compacting_a_trial_changes_nothing_its_snapshot_shows() -> None:
+    from lumos.tune._internal.trial import LiveTrial, TrialStatus
+
+    rows = [{"loss": 2.0, "training_iteration": 1}, {"loss": 1.0, "training_iteration": 2}]
+    trial = LiveTrial(number=7, config={"x": 0.5}, params={"x": 0.5}, path="/exp/trial_00007")
+    for i, row in enumerate(rows, 1):
+        trial.apply_report(i, dict(row), None)
+    trial.status = TrialStatus.TERMINATED
+    before = trial.snapshot()
+    study_params = {"x": 0.5}
+    trial.compact(lambda number: [dict(r) for r in rows], study_params)
+    after = trial.snapshot()
+    for f in dataclasses.fields(after):
+        if f.name != "history":
+            assert getattr(after, f.name) == getattr(before, f.name), f.name
+    assert list(after.history) == list(before.history) == rows
+    assert trial.config is trial.params is study_params
+    assert (trial.trial_id, trial.trial_name, trial.dir_name) == (
+        "00007",
+        "trial_00007",
+        "trial_00007",
+    )
+    assert trial.path == "/exp/trial_00007"
+    # A compacted trial can still be changed (a retry on restore): names, errors, reports.
+    trial.errors = [*trial.errors]
+    trial.trial_name = "renamed"
+    trial.apply_report(3, {"loss": 0.5, "training_iteration": 3}, None)
+    assert trial.trial_name == "renamed"
+    assert trial.iteration == 3
+    assert [r["loss"] for r in trial.history] == [2.0, 1.0, 0.5]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        trial.nope  # type: ignore[attr-defined]
+
+
+def test_params_of_other_types_are_not_shared() -> None:
+    from lumos.tune._internal.trial import LiveTrial
+
+    trial = LiveTrial(number=0, config={"n": 3}, params={"n": 3}, path="/exp/trial_00000")
+    trial.compact(None, {"n": 3.0})
+    assert trial.config == {"n": 3}
+    assert type(trial.config["n"]) is int

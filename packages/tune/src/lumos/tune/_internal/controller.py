@@ -344,11 +344,12 @@ class TuneController:
             return
         missing = self.rules.missing_metric(trial)
         if missing is not None:
-            trial.errors.append(
+            trial.errors = [
+                *trial.errors,
                 TrialErrorRecord(
                     trial.trial_name, trial.attempt, "MetricNotReportedError", str(missing)
-                )
-            )
+                ),
+            ]
             self._end(trial, TrialStatus.ERROR)
             self._abort(missing)
             return
@@ -363,7 +364,7 @@ class TuneController:
         if trial.stop_reason == EXPLOIT:
             trial.stop_reason = None  # a failure like any other: retried per FailureConfig
             self._forget_exploit(trial)
-        trial.errors.append(ev.error)
+        trial.errors = [*trial.errors, ev.error]
         self.exp.trials_journal.append(ErrorRecord(trial.number, ev.error))
         self._dirty_end = True
         if trial.stop_reason is not None and trial.stop_reason != ABORT:
@@ -418,7 +419,10 @@ class TuneController:
             )
         # Its summary row stays; its reports are read back from the journal when asked
         # for (population-based training reads donors' reports: it keeps them).
-        trial.compact(self.exp.histories if self.pbt is None else None)
+        trial.compact(
+            self.exp.histories if self.pbt is None else None,
+            optuna_bridge.stored_trial(self.study, trial.number).params,
+        )
 
     def _tell(self, notify: Callable[[], None]) -> None:
         """Notify now, or after the buffered trial ends are written (keeping the order)."""

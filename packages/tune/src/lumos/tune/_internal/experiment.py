@@ -278,7 +278,10 @@ def _restore_finished(
         # The trial ended but the driver died before the study heard of it.
         tell_study(exp.study, trial, tune_config)
     # Population-based training reads donors' reports: its sweeps keep them in memory.
-    trial.compact(exp.histories if tune_config.scheduler is None else None)
+    trial.compact(
+        exp.histories if tune_config.scheduler is None else None,
+        optuna_bridge.stored_trial(exp.study, trial.number).params,
+    )
 
 
 def _restore_unfinished(

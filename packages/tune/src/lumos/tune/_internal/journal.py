@@ -31,7 +31,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from lumos.storage import is_local, json_default
-from lumos.tune._internal.optuna_bridge import trial_id_of
+from lumos.tune._internal.optuna_bridge import journal_trials, trial_id_of
 
 STUDY_JOURNAL = "study.journal"
 
@@ -217,12 +217,20 @@ class StudyJournalBackend(BaseJournalBackend):
 
 
 class StudyStorage(JournalStorage):
-    """Optuna's ``JournalStorage`` whose ``study.ask()`` costs O(1), not O(trials).
+    """Optuna's ``JournalStorage`` whose ``study.ask()`` costs O(1), not O(trials), and
+    whose finished trials cost a third of the memory.
 
     ``Study.ask`` first looks for an enqueued (WAITING) trial, which Optuna's journal
     storage finds by scanning every trial of the study: quadratic over a sweep. This
     storage keeps the ids of the trials it created WAITING (the driver is the only
     writer) and answers that one query from them.
+
+    Optuna keeps every trial of the study in memory, and a finished trial as it was
+    last copied: its own distribution objects, three empty dicts and an attribute dict
+    of its own (about 1.3 KB for one float parameter). Once a trial is finished (Optuna
+    never changes it again) it is replaced by an equal one that shares its
+    distributions, parameter names and empty dicts with the other trials (about
+    0.5 KB): a 10,000-trial sweep keeps the driver's memory flat.
 
     Example:
         >>> storage = StudyStorage(StudyJournalBackend(journal))
@@ -231,10 +239,29 @@ class StudyStorage(JournalStorage):
     def __init__(self, backend: StudyJournalBackend) -> None:
         super().__init__(backend)
         self._waiting: dict[int, set[int]] = {}
+        self._shared = _SharedParts()
         for study in self.get_all_studies():
             sid = self.get_study_id_from_name(study.study_name)
             waiting = super().get_all_trials(sid, deepcopy=False, states=_WAITING)
             self._waiting[sid] = {trial_id_of(t) for t in waiting}
+            for trial in super().get_all_trials(sid, deepcopy=False, states=_FINISHED):
+                self._slim(trial_id_of(trial))
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if state.is_finished():
+            self._slim(trial_id)
+        return changed
+
+    def _slim(self, trial_id: int) -> None:
+        """Replace finished trial ``trial_id`` of Optuna's in-memory model by its slim twin."""
+        trials = journal_trials(self)
+        with self._thread_lock:
+            trial = trials.get(trial_id)
+            if trial is not None and trial.state.is_finished():
+                trials[trial_id] = self._shared.slim(trial)
 
     def create_new_study(
         self, directions: Sequence[StudyDirection], study_name: str | None = None
@@ -269,6 +296,48 @@ class StudyStorage(JournalStorage):
 
 
 _WAITING = (TrialState.WAITING,)
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class _SharedParts:
+    """What finished trials can share: equal distribution dicts, parameter names and
+    the empty dict (Optuna replaces a trial's dicts on every update, never changes one
+    in place, and never updates a finished trial)."""
+
+    def __init__(self) -> None:
+        self._distributions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+        self._names: dict[str, str] = {}
+        self._empty: dict[Any, Any] = {}
+
+    def distributions(self, distributions: dict[str, Any]) -> dict[str, Any]:
+        key = tuple(distributions.items())
+        try:
+            return self._distributions.setdefault(key, {self.name(k): d for k, d in key})
+        except TypeError:  # an unhashable distribution (odd categorical choices): keep it
+            return distributions
+
+    def name(self, name: str) -> str:
+        return self._names.setdefault(name, name)
+
+    def dict_or_empty(self, d: dict[Any, Any]) -> dict[Any, Any]:
+        return d if d else self._empty
+
+    def slim(self, trial: FrozenTrial) -> FrozenTrial:
+        """An equal trial built by its constructor (a compact attribute layout)."""
+        return FrozenTrial(
+            number=trial.number,
+            state=trial.state,
+            value=None,
+            values=trial.values,
+            datetime_start=trial.datetime_start,
+            datetime_complete=trial.datetime_complete,
+            params={self.name(k): v for k, v in trial.params.items()},
+            distributions=self.distributions(trial.distributions),
+            user_attrs=self.dict_or_empty(trial.user_attrs),
+            system_attrs=self.dict_or_empty(trial.system_attrs),
+            intermediate_values=self.dict_or_empty(trial.intermediate_values),
+            trial_id=trial_id_of(trial),
+        )
 
 
 def _only_waiting(states: Container[TrialState]) -> bool:

@@ -13,11 +13,14 @@ and ``tests/test_tune_optuna_bridge.py`` fails the same way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
+import optuna.study._tell as _tell_module
 from optuna.storages import BaseStorage
-from optuna.trial import FrozenTrial
+from optuna.storages.journal import BaseJournalBackend
+from optuna.trial import FrozenTrial, TrialState
 
 from lumos.tune._internal.errors import TuneError
 
@@ -26,6 +29,9 @@ PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("optuna.Study", "_storage"),
     ("optuna.Study", "_study_id"),
     ("optuna.trial.FrozenTrial", "_trial_id"),
+    ("optuna.storages.JournalStorage", "_replay_result"),
+    ("optuna.storages.journal.JournalStorageReplayResult", "_trials"),
+    ("optuna.study._tell", "_tell_with_warning"),
 )
 
 
@@ -71,6 +77,27 @@ def stored_trial(study: optuna.Study, number: int) -> FrozenTrial:
     return _storage(study).get_trial(trial_id_of_number(study, number))
 
 
+def journal_trials(storage: object) -> dict[int, FrozenTrial]:
+    """The in-memory trials (storage id -> trial) of an Optuna ``JournalStorage``."""
+    replay = _private(storage, "optuna.storages.JournalStorage", "_replay_result")
+    trials: dict[int, FrozenTrial] = _private(
+        replay, "optuna.storages.journal.JournalStorageReplayResult", "_trials"
+    )
+    return trials
+
+
+def tell(
+    study: optuna.Study,
+    trial: optuna.Trial | int,
+    values: Sequence[float] | None = None,
+    state: TrialState | None = None,
+) -> None:
+    """``study.tell(trial, values, state)`` without the deep copy of the told trial that
+    ``Study.tell`` returns (and lumos drops): one copy per trial of the sweep."""
+    tell_with_warning = _private(_tell_module, "optuna.study._tell", "_tell_with_warning")
+    tell_with_warning(study=study, trial=trial, value_or_values=values, state=state)
+
+
 def trial_id_of(frozen: FrozenTrial) -> int:
     """The storage id of a frozen trial."""
     return int(_private(frozen, "optuna.trial.FrozenTrial", "_trial_id"))
@@ -84,6 +111,19 @@ def attach(study: optuna.Study, trial_id: int) -> optuna.Trial:
 def attach_number(study: optuna.Study, number: int) -> optuna.Trial:
     """A live ``optuna.Trial`` for the study's running trial ``number``."""
     return attach(study, trial_id_of_number(study, number))
+
+
+class _NoLogs(BaseJournalBackend):
+    """A journal backend kept in memory (for ``check_private_api``)."""
+
+    def __init__(self) -> None:
+        self._logs: list[dict[str, Any]] = []
+
+    def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
+        return self._logs[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._logs.extend(logs)
 
 
 def check_private_api() -> None:
@@ -103,5 +143,13 @@ def check_private_api() -> None:
             raise OptunaApiChangedError("optuna.Study", "_storage")
         if attach_number(study, asked.number).number != asked.number:
             raise OptunaApiChangedError("optuna.trial.FrozenTrial", "_trial_id")
+        tell(study, asked, [1.0])
+        if not stored_trial(study, asked.number).state.is_finished():
+            raise OptunaApiChangedError("optuna.study._tell", "_tell_with_warning")
+        journal = optuna.storages.JournalStorage(_NoLogs())
+        journaled = optuna.create_study(storage=journal)
+        journaled.ask()
+        if [t.number for t in journal_trials(journal).values()] != [0]:
+            raise OptunaApiChangedError("optuna.storages.JournalStorage", "_replay_result")
     finally:
         optuna.logging.set_verbosity(previous)

@@ -238,7 +238,7 @@ def apply_exploit(trial: LiveTrial, record: ExploitRecord) -> None:
     trial.config = dict(record.new_config)
     trial.checkpoint_dir = record.checkpoint_dir
     trial.checkpoint_iteration = record.step
-    trial.exploits.append(record)
+    trial.exploits = [*trial.exploits, record]
 
 
 def exploit_from_checkpoint(trial: LiveTrial, latest: CheckpointRecord) -> ExploitRecord | None:

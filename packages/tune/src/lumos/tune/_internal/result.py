@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import posixpath
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from fsspec import AbstractFileSystem
 
@@ -51,7 +51,7 @@ class Result:
         trial_name: str = "",
         status: str = "TERMINATED",
         errors: list[TrialError] | None = None,
-        exploits: list[ExploitRecord] | None = None,
+        exploits: Sequence[ExploitRecord] | None = None,
         filesystem: AbstractFileSystem | None = None,
     ) -> None:
         self.metrics = metrics
@@ -201,6 +201,54 @@ def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     )
 
 
+class _TrialResults(Sequence[Result]):
+    """The results of a finished sweep's trials, each built when first read (then kept):
+    a 10,000-trial grid costs nothing until someone reads it, and what ``len()``,
+    counts and ``get_best_result()`` scan is not kept."""
+
+    __slots__ = ("_built", "_filesystem", "_trials")
+
+    def __init__(self, trials: list[LiveTrial], filesystem: AbstractFileSystem) -> None:
+        self._trials = trials
+        self._filesystem = filesystem
+        self._built: dict[int, Result] = {}
+
+    def __len__(self) -> int:
+        return len(self._trials)
+
+    @overload
+    def __getitem__(self, index: int) -> Result: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Result]: ...
+
+    def __getitem__(self, index: int | slice) -> Result | list[Result]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("result index out of range")
+        result = self._built.get(index)
+        if result is None:
+            result = Result._of_finished_sweep(self._trials[index], self._filesystem)
+            self._built[index] = result
+        return result
+
+    def scan(self) -> Iterator[tuple[int, Result]]:
+        """``(index, result)`` for every trial, keeping none it had to build."""
+        for index, trial in enumerate(self._trials):
+            built = self._built.get(index)
+            yield (
+                index,
+                (
+                    built
+                    if built is not None
+                    else Result._of_finished_sweep(trial, self._filesystem)
+                ),
+            )
+
+
 class ResultGrid:
     """All trials of a sweep, in trial order.
 
@@ -215,12 +263,14 @@ class ResultGrid:
 
     def __init__(
         self,
-        results: list[Result],
+        results: Sequence[Result],
         metric: str | Sequence[str] | None = None,
         mode: str | Sequence[str] | None = None,
         experiment_path: str = "",
     ) -> None:
-        self._results = list(results)
+        self._results: Sequence[Result] = (
+            results if isinstance(results, _TrialResults) else list(results)
+        )
         self._metric: str | list[str] | None = (
             metric if metric is None or isinstance(metric, str) else list(metric)
         )
@@ -238,22 +288,41 @@ class ResultGrid:
     def __iter__(self) -> Iterator[Result]:
         return iter(self._results)
 
+    def _scan(self) -> Iterator[tuple[int, Result]]:
+        # Every (index, result), without keeping results a lazy grid builds for it.
+        if isinstance(self._results, _TrialResults):
+            return self._results.scan()
+        return enumerate(self._results)
+
+    @classmethod
+    def _of_finished_sweep(
+        cls,
+        trials: list[LiveTrial],
+        filesystem: AbstractFileSystem,
+        metric: str | Sequence[str] | None,
+        mode: str | Sequence[str] | None,
+        experiment_path: str,
+    ) -> ResultGrid:
+        """The grid of a sweep that is over (``trials`` in order), each result built when
+        first read."""
+        return cls(_TrialResults(trials, filesystem), metric, mode, experiment_path)
+
     @property
     def errors(self) -> list[TrialError]:
         """The errors of the trials that failed for good."""
-        return [r.error for r in self._results if r.error is not None]
+        return [r.error for _, r in self._scan() if r.error is not None]
 
     @property
     def num_errors(self) -> int:
         """Number of trials that ended with an error."""
-        return sum(1 for r in self._results if r.status == TrialStatus.ERROR.value)
+        return sum(1 for _, r in self._scan() if r.status == TrialStatus.ERROR.value)
 
     @property
     def num_terminated(self) -> int:
         """Number of trials that finished (TERMINATED, or PRUNED: ended early by design)."""
         return sum(
             1
-            for r in self._results
+            for _, r in self._scan()
             if r.status in (TrialStatus.TERMINATED.value, TrialStatus.PRUNED.value)
         )
 
@@ -292,8 +361,8 @@ class ResultGrid:
         allowed = {TrialStatus.TERMINATED.value}
         if include_pruned:
             allowed.add(TrialStatus.PRUNED.value)
-        best: tuple[float, Result] | None = None
-        for r in self._results:
+        best: tuple[float, int] | None = None
+        for index, r in self._scan():
             if r.status not in allowed:
                 continue
             value = _scoped(r, metric, mode, scope, last_n, filter_nan_and_inf)
@@ -301,13 +370,13 @@ class ResultGrid:
                 continue
             score = value if mode == "min" else -value
             if best is None or score < best[0]:
-                best = (score, r)
+                best = (score, index)
         if best is None:
             raise TuneError(
                 f"no finished trial reported a finite value of {metric!r} "
                 f"({len(self._results)} trials, {self.num_errors} errors)"
             )
-        return best[1]
+        return self._results[best[1]]
 
     def _metric_and_mode(self, metric: str | None, mode: str | None) -> tuple[str, str]:
         if metric is None:
@@ -334,8 +403,8 @@ class ResultGrid:
         modes = self._mode if isinstance(self._mode, list) else [self._mode]
         if any(m is None for m in metrics) or any(m is None for m in modes):
             raise TuneConfigError("get_pareto_front() needs TuneConfig(metric=[...], mode=[...])")
-        points: list[tuple[list[float], Result]] = []
-        for r in self._results:
+        points: list[tuple[list[float], int]] = []
+        for index, r in self._scan():
             if r.status != TrialStatus.TERMINATED.value:
                 continue
             values = [finite_or_none(r.metrics.get(str(m))) for m in metrics]
@@ -345,8 +414,12 @@ class ResultGrid:
                 float(v) if mode == "min" else -float(v)  # type: ignore[arg-type]
                 for v, mode in zip(values, modes, strict=False)
             ]
-            points.append((signed, r))
-        return [r for p, r in points if not any(_dominates(q, p) for q, _ in points if q is not p)]
+            points.append((signed, index))
+        return [
+            self._results[i]
+            for p, i in points
+            if not any(_dominates(q, p) for q, _ in points if q is not p)
+        ]
 
     def get_dataframe(self) -> pd.DataFrame:
         """One row per trial: last metrics, ``config/<name>`` columns, status and error.
@@ -358,8 +431,8 @@ class ResultGrid:
         import pandas as pd
 
         rows = []
-        pbt = any(r.exploits for r in self._results)
-        for r in self._results:
+        pbt = any(r.exploits for _, r in self._scan())
+        for _, r in self._scan():
             row: dict[str, Any] = {
                 "trial_id": r.trial_id,
                 "trial_name": r.trial_name,

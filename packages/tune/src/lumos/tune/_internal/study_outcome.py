@@ -39,12 +39,12 @@ def tell_study(study: optuna.Study, trial: LiveTrial, tune_config: TuneConfig) -
             return
         target = trial.number
     if trial.status is TrialStatus.PRUNED:
-        study.tell(target, state=TrialState.PRUNED)
+        optuna_bridge.tell(study, target, state=TrialState.PRUNED)
     elif trial.status is TrialStatus.ERROR:
-        study.tell(target, state=TrialState.FAIL)
+        optuna_bridge.tell(study, target, state=TrialState.FAIL)
     else:
         values = objective_values(trial, tune_config)
         if values is None:
-            study.tell(target, state=TrialState.FAIL)
+            optuna_bridge.tell(study, target, state=TrialState.FAIL)
         else:
-            study.tell(target, values)
+            optuna_bridge.tell(study, target, values)

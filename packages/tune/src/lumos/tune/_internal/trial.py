@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import enum
 import functools
+import sys
 from collections.abc import Callable, Iterator, Sequence, Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import optuna
 
@@ -209,12 +210,12 @@ class LiveTrial:
     trial_name: str = ""
     status: TrialStatus = TrialStatus.PENDING
     last_result: dict[str, Any] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    rows: list[dict[str, Any]] | tuple[()] = field(default_factory=list, repr=False)
     checkpoint_dir: str | None = None
     checkpoint_iteration: int = 0
     iteration: int = 0
     attempt: int = 0
-    errors: list[TrialErrorRecord] = field(default_factory=list)
+    errors: Sequence[TrialErrorRecord] = ()
     stop_reason: str | None = None
     waiting_for_resources: bool = False
     optuna_trial: optuna.Trial | None = field(default=None, repr=False)
@@ -222,11 +223,12 @@ class LiveTrial:
     seen_metrics: AbstractSet[str] = field(default_factory=frozenset, repr=False)
     start_time: float = 0.0
     end_time: float = 0.0
-    exploits: list[ExploitRecord] = field(default_factory=list)
+    exploits: Sequence[ExploitRecord] = ()
     dir_name: str = ""
     trainable_name: str = ""
     stored_history: Callable[[int], list[dict[str, Any]]] | None = field(default=None, repr=False)
     stored_length: int = 0
+    path_prefix: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not self.trial_id:
@@ -236,6 +238,19 @@ class LiveTrial:
             self.trial_name = default
         if not self.dir_name:
             self.dir_name = default
+
+    if not TYPE_CHECKING:  # (hidden from type checkers: it would accept any name)
+
+        def __getattr__(self, name: str) -> str:
+            # Only reached for a name slot that compact() left unset because it held
+            # the default, rebuilt here (a 10,000-trial sweep keeps no copy of it).
+            if name == "trial_id":
+                return trial_id(self.number)
+            if name in ("trial_name", "dir_name"):
+                return trial_name(self.number)
+            if name == "path":
+                return f"{self.path_prefix}/{self.dir_name}"
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def error(self) -> TrialErrorRecord | None:
@@ -250,7 +265,7 @@ class LiveTrial:
         access) for a finished trial whose reports :meth:`compact` dropped."""
         if self.stored_history is not None:
             return self.stored_history(self.number)
-        return self.rows
+        return self.rows if isinstance(self.rows, list) else list(self.rows)
 
     @history.setter
     def history(self, rows: list[dict[str, Any]]) -> None:
@@ -265,32 +280,65 @@ class LiveTrial:
             self.history = list(self.history)
         self.iteration = iteration
         self.last_result = metrics
-        self.rows.append(metrics)
+        rows = self.rows if isinstance(self.rows, list) else list(self.rows)
+        rows.append(metrics)
+        self.rows = rows
         if not metrics.keys() <= self.seen_metrics:
             self.seen_metrics = self.seen_metrics | metrics.keys()
         if checkpoint_dir is not None:
             self.checkpoint_dir = checkpoint_dir
             self.checkpoint_iteration = iteration
 
-    def compact(self, stored_history: Callable[[int], list[dict[str, Any]]] | None = None) -> None:
+    def compact(
+        self,
+        stored_history: Callable[[int], list[dict[str, Any]]] | None = None,
+        study_params: dict[str, Any] | None = None,
+    ) -> None:
         """Shrink a finished trial to its summary row (a 10,000-trial sweep keeps them
         all): forget the metric names seen (only checked when it ends), keep one dict
-        for ``params`` and ``config`` when they are equal (flat search spaces) and, given
+        for ``params`` and ``config`` when they are equal (flat search spaces), share
+        the metric names of ``last_result`` with the other trials and, given
         ``stored_history`` (the trial journal's reader: number -> reports), drop its
         reports (the last stays as ``last_result``), read back when someone asks for
-        them. Nothing a snapshot or a result shows changes.
+        them. Given the finished trial's ``study_params`` (its params as the Optuna study
+        keeps them), ``params`` and ``config`` become that dict when all three are the
+        same. Default names and paths are rebuilt when read, not kept. Nothing a
+        snapshot or a result shows changes.
 
         Called once the trial's reports and end are in the journal's buffer (which is
         written before anyone hears of the end).
         """
         self.seen_metrics = _NO_METRICS
         self.optuna_trial = None
-        if self.params is not self.config and self.params == self.config:
+        if study_params is not None and _same(study_params, self.params, self.config):
+            self.params = self.config = study_params
+        elif self.params is not self.config and _same(self.params, self.config):
             self.params = self.config
-        if stored_history is not None and self.stored_history is None and len(self.rows) > 1:
+        self._forget_default_names()
+        if stored_history is not None and self.stored_history is None and self.rows:
             self.stored_length = len(self.rows)
-            self.rows = []
+            self.rows = ()
             self.stored_history = stored_history
+        if not self.rows:
+            self.rows = ()
+            self.last_result = {_metric_name(k): v for k, v in self.last_result.items()}
+        if not self.errors:
+            self.errors = ()
+        if not self.exploits:
+            self.exploits = ()
+
+    def _forget_default_names(self) -> None:
+        default = trial_name(self.number)
+        if self.dir_name == default:
+            prefix, _, tail = self.path.rpartition("/")
+            if tail == default and prefix:
+                self.path_prefix = sys.intern(prefix)  # one string for all trials
+                del self.path
+            del self.dir_name
+        if self.trial_name == default:
+            del self.trial_name
+        if self.trial_id == trial_id(self.number):
+            del self.trial_id
 
     def history_view(self) -> HistoryView:
         """A read-only view of the reports so far (read back lazily once compacted)."""
@@ -298,7 +346,7 @@ class LiveTrial:
             return HistoryView(
                 functools.partial(self.stored_history, self.number), self.stored_length
             )
-        return HistoryView(self.rows)
+        return HistoryView(self.rows if isinstance(self.rows, list) else [])
 
     def snapshot(self) -> Trial:
         """A frozen :class:`Trial` of the trial as it is now."""
@@ -330,6 +378,26 @@ class LiveTrial:
 
 
 _NO_METRICS: frozenset[str] = frozenset()
+
+
+def _same(first: dict[str, Any], *others: dict[str, Any]) -> bool:
+    """Whether the dicts hold the same keys in the same order and equal values of the
+    same types (so one can stand for the others)."""
+    for other in others:
+        if other is first:
+            continue
+        if list(other) != list(first):
+            return False
+        for key, value in first.items():
+            theirs = other[key]
+            if theirs is not value and (type(theirs) is not type(value) or theirs != value):
+                return False
+    return True
+
+
+def _metric_name(name: Any) -> Any:
+    # One string per metric name for all summary rows (each report unpickles its own).
+    return sys.intern(name) if type(name) is str else name
 
 
 def snapshots(trials: Sequence[LiveTrial]) -> list[Trial]:

@@ -27,7 +27,7 @@ from lumos.tune._internal.experiment import (
 from lumos.tune._internal.journal import FsJournal
 from lumos.tune._internal.progress import ConsoleReporter
 from lumos.tune._internal.ray_compat import combine_stops
-from lumos.tune._internal.result import Result, ResultGrid
+from lumos.tune._internal.result import ResultGrid
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
 from lumos.tune._internal.session import SweepInfo, TrialRunner
 from lumos.tune._internal.trainable import as_function
@@ -284,12 +284,8 @@ class Tuner:
         # other) go first, so that the grid does not add to the driver's peak memory.
         gc.collect()
         ordered = sorted(trials, key=lambda t: t.number)
-        results = [Result._of_finished_sweep(t, storage.fs) for t in ordered]
-        return ResultGrid(
-            results,
-            metric=self.tune_config.metric,
-            mode=self.tune_config.mode,
-            experiment_path=storage.uri,
+        return ResultGrid._of_finished_sweep(
+            ordered, storage.fs, self.tune_config.metric, self.tune_config.mode, storage.uri
         )
 
     @classmethod
