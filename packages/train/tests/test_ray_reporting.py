@@ -56,9 +56,10 @@ def test_a_tensor_in_metrics_is_refused_with_the_item_hint(tmp_path: Path) -> No
             scaling_config=train.ScalingConfig(num_workers=2),
             run_config=run_config(tmp_path, "tensor"),
         ).fit()
-    text = str(info.value.worker_errors[0])
-    assert "metrics['loss']" in text
-    assert ".item()" in text
+    # Both ranks report the tensor, but the rank that fails first can tear down the
+    # process group while its peer still connects: that peer then fails in gloo.
+    texts = [str(e) for e in info.value.worker_errors]
+    assert any("metrics['loss']" in t and ".item()" in t for t in texts), texts
 
 
 def test_resume_from_checkpoint_then_sigkill_resumes_from_the_runs_own(tmp_path: Path) -> None:
