@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
+import sys
 from typing import Any
 
 import fsspec
@@ -197,3 +199,19 @@ def test_params_of_other_types_are_not_shared() -> None:
     trial.compact(None, {"n": 3.0})
     assert trial.config == {"n": 3}
     assert type(trial.config["n"]) is int
+
+
+def test_the_driver_trims_its_heap_every_so_many_trial_ends() -> None:
+    from lumos.tune._internal.heap import HeapTrimmer, malloc_trim
+
+    calls: list[int] = []
+    trimmer = HeapTrimmer(every=3, trim=lambda pad: calls.append(pad) or 1)
+    for _ in range(7):
+        trimmer.note()
+    assert calls == [0, 0]
+    with pytest.raises(ValueError, match="every=0"):
+        HeapTrimmer(every=0)
+    if sys.platform.startswith("linux") and "glibc" in " ".join(platform.libc_ver()):
+        trim = malloc_trim()
+        assert trim is not None
+        assert trim(0) in (0, 1)

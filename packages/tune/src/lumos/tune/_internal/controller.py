@@ -52,6 +52,7 @@ from lumos.tune._internal.errors import (
 )
 from lumos.tune._internal.executor import Cancelled, Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.experiment import GRID_ATTR, Experiment
+from lumos.tune._internal.heap import HeapTrimmer
 from lumos.tune._internal.pbt_runner import PbtRunner
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
@@ -129,6 +130,7 @@ class TuneController:
         self._dirty_end = False
         self._ends_unacked = False  # a trial end is buffered, not yet in the journal
         self._outbox: list[Callable[[], None]] = []  # notifications waiting for it
+        self._heap = HeapTrimmer(every=256)
         self._last_journal_flush = self._start
         self._last_progress = -math.inf
         self._last_resources_check = self._start
@@ -423,6 +425,7 @@ class TuneController:
             self.exp.histories if self.pbt is None else None,
             optuna_bridge.stored_trial(self.study, trial.number).params,
         )
+        self._heap.note()  # what the trial's run freed goes back to the OS
 
     def _tell(self, notify: Callable[[], None]) -> None:
         """Notify now, or after the buffered trial ends are written (keeping the order)."""

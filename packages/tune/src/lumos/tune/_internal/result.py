@@ -105,7 +105,7 @@ class Result:
         errors = [TrialError.from_record(e) for e in trial.errors]
         error = errors[-1] if trial.status is TrialStatus.ERROR and errors else None
         return cls(
-            metrics=trial.last_result,
+            metrics=dict(trial.last_result),
             config=trial.config,
             path=trial.path,
             checkpoint=checkpoint,
