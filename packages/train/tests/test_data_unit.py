@@ -28,7 +28,18 @@ from lumos.train.torch import prepare_data_loader
 def _loader(shuffle: bool, workers: int = 0, seed: int = 0) -> Any:
     torch.manual_seed(seed)
     data = TensorDataset(torch.arange(23))
-    return prepare_data_loader(DataLoader(data, batch_size=4, shuffle=shuffle, num_workers=workers))
+    # Loader workers come from a forkserver: this test process runs threads (a Ray
+    # session, tqdm), and a worker forked from it can deadlock on a lock one held.
+    context = "forkserver" if workers else None
+    return prepare_data_loader(
+        DataLoader(
+            data,
+            batch_size=4,
+            shuffle=shuffle,
+            num_workers=workers,
+            multiprocessing_context=context,
+        )
+    )
 
 
 def _epochs(loader: Any, epochs: int) -> list[tuple[int, list[int]]]:
