@@ -156,6 +156,9 @@ def test_a_finished_sweep_shares_params_and_keeps_no_default_names(tmp_path: Any
     best = grid.get_best_result()
     assert best is grid[[r.metrics["loss"] for r in grid].index(best.metrics["loss"])]
     assert len(grid.get_dataframe()) == 4
+    assert grid[-1] is grid[3]
+    with pytest.raises(IndexError, match="result index out of range"):
+        grid[4]
 
 
 def test_compacting_a_trial_changes_nothing_its_snapshot_shows() -> None:

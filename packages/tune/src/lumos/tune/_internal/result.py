@@ -12,7 +12,14 @@ from fsspec import AbstractFileSystem
 from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
 from lumos.tune._internal.metrics import finite_or_none, flatten
-from lumos.tune._internal.trial import ExploitRecord, HistoryView, LiveTrial, Trial, TrialStatus
+from lumos.tune._internal.trial import (
+    ExploitRecord,
+    HistoryView,
+    LiveTrial,
+    Trial,
+    TrialStatus,
+    checked_index,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -225,10 +232,7 @@ class _TrialResults(Sequence[Result]):
     def __getitem__(self, index: int | slice) -> Result | list[Result]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("result index out of range")
+        index = checked_index(index, len(self), "result")
         result = self._built.get(index)
         if result is None:
             result = Result._of_finished_sweep(self._trials[index], self._filesystem)

@@ -442,6 +442,15 @@ class SummaryRow(Mapping[str, Any]):
         return (SummaryRow.of, (dict(self),))
 
 
+def checked_index(index: int, length: int, what: str) -> int:
+    """``index`` into a sequence of ``length`` (negative counts from the end) as a
+    position; IndexError naming ``what`` when it is outside."""
+    position = index + length if index < 0 else index
+    if not 0 <= position < length:
+        raise IndexError(f"{what} index out of range")
+    return position
+
+
 def snapshots(trials: Sequence[LiveTrial]) -> list[Trial]:
     """Frozen snapshots of ``trials``, in order."""
     return [t.snapshot() for t in trials]
@@ -470,8 +479,4 @@ class SnapshotsView(Sequence[Trial]):
     def __getitem__(self, index: int | slice) -> Trial | list[Trial]:
         if isinstance(index, slice):
             return [t.snapshot() for t in self._trials[: self._length][index]]
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError("trial index out of range")
-        return self._trials[index].snapshot()
+        return self._trials[checked_index(index, self._length, "trial")].snapshot()
