@@ -195,6 +195,110 @@ def test_compacting_a_trial_changes_nothing_its_snapshot_shows() -> None:
         trial.nope  # type: ignore[attr-defined]
 
 
+def test_a_finished_trial_keeps_only_the_rare_fields_that_differ_from_their_default() -> None:
+    from lumos.tune._internal.errors import TrialErrorRecord
+    from lumos.tune._internal.trial import LiveTrial, TrialStatus
+
+    plain = LiveTrial(number=3, config={"x": 1.0}, params={"x": 1.0}, path="/e/trial_00003")
+    plain.seen_metrics = frozenset({"loss"})
+    plain.max_step_reported = 4
+    plain.waiting_for_resources = True
+    plain.status = TrialStatus.TERMINATED
+    plain.compact(None, None)
+    assert plain._more is None  # every rare field is back at its default: no dict kept
+    assert (plain.path, plain.dir_name, plain.attempt, plain.errors) == (
+        "/e/trial_00003",
+        "trial_00003",
+        0,
+        (),
+    )
+    assert (plain.checkpoint_dir, plain.stop_reason, plain.max_step_reported) == (None, None, -1)
+
+    error = TrialErrorRecord(
+        trial_name="mine", attempt=1, exc_type="ValueError", error_message="boom"
+    )
+    odd = LiveTrial(
+        number=4,
+        config={"x": 2.0},
+        params={"x": 2.0},
+        path="/elsewhere/mine",
+        dir_name="mine",
+        checkpoint_dir="checkpoint_000001",
+        checkpoint_iteration=1,
+        attempt=2,
+        errors=[error],
+        stop_reason="stop",
+    )
+    odd.status = TrialStatus.ERROR
+    odd.compact(None, None)
+    assert odd._more == {
+        "path": "/elsewhere/mine",
+        "dir_name": "mine",
+        "checkpoint_dir": "checkpoint_000001",
+        "checkpoint_iteration": 1,
+        "attempt": 2,
+        "errors": [error],
+        "stop_reason": "stop",
+    }
+    assert odd.error is error
+    del odd.checkpoint_dir
+    assert odd.checkpoint_dir is None
+
+
+def test_finished_trials_share_one_keys_table_for_their_params(tmp_path: Any) -> None:
+    from lumos.tune._internal.journal import _SharedParts
+
+    parts = _SharedParts()
+    first = parts.params({"lr": 0.1, "batch_size": 32})
+    second = parts.params({"lr": 0.2, "batch_size": 64})
+    assert type(first) is dict
+    assert first == {"lr": 0.1, "batch_size": 32}
+    assert list(second) == ["lr", "batch_size"]
+    second_copy = dict(second)
+    second["lr"] = 0.3  # still an ordinary dict
+    assert second == {**second_copy, "lr": 0.3}
+    odd = parts.params({"model/width": 4})  # not an identifier: a table of its own
+    assert odd == {"model/width": 4}
+    # Never larger than a plain dict; smaller once a sweep has a few dozen trials.
+    many = [parts.params({"lr": i / 10, "batch_size": i}) for i in range(64)]
+    assert many[10] == {"lr": 1.0, "batch_size": 10}
+    plain_size = sys.getsizeof({"lr": 0.1, "batch_size": 32})
+    assert all(sys.getsizeof(d) <= plain_size for d in [first, second, odd, *many])
+    if sys.implementation.name == "cpython":
+        assert sys.getsizeof(many[-1]) < plain_size
+
+
+def test_summary_rows_share_a_class_per_set_of_names_up_to_a_cap(monkeypatch: Any) -> None:
+    import copy
+    import pickle
+
+    from lumos.tune._internal.trial import SummaryRow
+
+    first = SummaryRow.of({"loss": 0.5, "training_iteration": 3})
+    second = SummaryRow.of({"loss": 0.25, "training_iteration": 4})
+    assert type(first) is type(second)
+    assert SummaryRow.of(first) is first
+    assert first == {"loss": 0.5, "training_iteration": 3}
+    assert (first["loss"], first.get("nope"), "loss" in first, list(first)) == (
+        0.5,
+        None,
+        True,
+        ["loss", "training_iteration"],
+    )
+    with pytest.raises(KeyError, match="nope"):
+        first["nope"]
+    assert pickle.loads(pickle.dumps(first)) == first == copy.deepcopy(first)
+    assert repr(SummaryRow.of({})) == "{}"
+    # Names that change from trial to trial stop making classes at the cap.
+    monkeypatch.setattr(SummaryRow, "_MAX_CLASSES", len(SummaryRow._classes))
+    odd = SummaryRow.of({"loss": 1.0, "a metric seen once": 2})
+    assert type(odd).__name__ == "_TupleRow"
+    assert dict(odd) == {"loss": 1.0, "a metric seen once": 2}
+    assert odd["a metric seen once"] == 2
+    assert pickle.loads(pickle.dumps(odd)) == odd
+    assert type(SummaryRow.of({"loss": 0.1, "training_iteration": 1})) is type(first)
+
+
 def test_params_of_other_types_are_not_shared() -> None:
     from lumos.tune._internal.trial import LiveTrial
 

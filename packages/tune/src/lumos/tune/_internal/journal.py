@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import posixpath
+import sys
 import time
 from collections.abc import Container, Iterable, Sequence
 from typing import Any
@@ -308,6 +309,7 @@ class _SharedParts:
         self._distributions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
         self._names: dict[str, str] = {}
         self._empty: dict[Any, Any] = {}
+        self._key_sharing: type = type("_KeySharing", (), {"__slots__": ("__dict__",)})
 
     def distributions(self, distributions: dict[str, Any]) -> dict[str, Any]:
         key = tuple(distributions.items())
@@ -318,6 +320,24 @@ class _SharedParts:
 
     def name(self, name: str) -> str:
         return self._names.setdefault(name, name)
+
+    def params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """An equal dict, its keys table shared with the other trials' params if that
+        makes it smaller.
+
+        An ordinary ``dict``, taken from an instance's ``__dict__``: CPython keeps the
+        keys of all instances of a class in one table (PEP 412) and such a dict holds
+        just its values, about half the memory of a dict of its own once a sweep has
+        a few dozen trials (a 10,000-trial sweep keeps one per trial, shared with the
+        trial's ``config``). One class per storage, so the table holds this sweep's
+        names only; a dict that would not be smaller (keys that are not identifiers,
+        or many names) is a plain one.
+        """
+        shared = self._key_sharing().__dict__
+        for key, value in params.items():
+            shared[self.name(key)] = value
+        plain = {self.name(k): v for k, v in params.items()}
+        return shared if sys.getsizeof(shared) < sys.getsizeof(plain) else plain
 
     def dict_or_empty(self, d: dict[Any, Any]) -> dict[Any, Any]:
         return d if d else self._empty
@@ -331,7 +351,7 @@ class _SharedParts:
             values=trial.values,
             datetime_start=trial.datetime_start,
             datetime_complete=trial.datetime_complete,
-            params={self.name(k): v for k, v in trial.params.items()},
+            params=self.params(trial.params),
             distributions=self.distributions(trial.distributions),
             user_attrs=self.dict_or_empty(trial.user_attrs),
             system_attrs=self.dict_or_empty(trial.system_attrs),
