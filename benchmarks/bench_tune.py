@@ -318,7 +318,7 @@ def _print_rss(
     growth = large["peak_rss_mb"] / small["peak_rss_mb"]
     print(
         f"driver peak RSS (RandomSampler): {small['peak_rss_mb']:.0f} MB at {rss_sizes[0]} "
-        f"trials, {large['peak_rss_mb']:.0f} MB at {rss_sizes[-1]} -> {growth:.2f}x "
+        f"trials, {large['peak_rss_mb']:.0f} MB at {rss_sizes[-1]} -> {growth:.3f}x "
         f"(budget <= 1.1x) {'OK' if growth <= 1.1 else 'OVER BUDGET'}"
     )
     # The same sweep with bare Ray (ask/tell in an in-memory Optuna study, 2 actors):
