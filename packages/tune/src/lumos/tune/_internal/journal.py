@@ -310,6 +310,7 @@ class _SharedParts:
         self._names: dict[str, str] = {}
         self._empty: dict[Any, Any] = {}
         self._key_sharing: type = type("_KeySharing", (), {"__slots__": ("__dict__",)})
+        self._plain_sizes: dict[int, int] = {}
 
     def distributions(self, distributions: dict[str, Any]) -> dict[str, Any]:
         key = tuple(distributions.items())
@@ -333,11 +334,19 @@ class _SharedParts:
         names only; a dict that would not be smaller (keys that are not identifiers,
         or many names) is a plain one.
         """
-        shared = self._key_sharing().__dict__
+        shared: dict[str, Any] = self._key_sharing().__dict__
         for key, value in params.items():
             shared[self.name(key)] = value
-        plain = {self.name(k): v for k, v in params.items()}
-        return shared if sys.getsizeof(shared) < sys.getsizeof(plain) else plain
+        if sys.getsizeof(shared) < self._plain_size(len(shared)):
+            return shared
+        return {k: v for k, v in shared.items()}  # (a comprehension builds a plain dict)
+
+    def _plain_size(self, length: int) -> int:
+        """The size of a plain dict of ``length`` string keys (it depends on nothing else)."""
+        size = self._plain_sizes.get(length)
+        if size is None:
+            size = self._plain_sizes[length] = sys.getsizeof({str(i): 0 for i in range(length)})
+        return size
 
     def dict_or_empty(self, d: dict[Any, Any]) -> dict[Any, Any]:
         return d if d else self._empty

@@ -234,7 +234,7 @@ class _Rare(Generic[_T]):
                 return more[self.name]  # type: ignore[no-any-return]
             except KeyError:
                 pass
-        return self.default if self.default_of is None else self.default_of(trial)
+        return self.default_for(trial)
 
     def __set__(self, trial: LiveTrial, value: _T) -> None:
         if trial._more is None:
@@ -246,8 +246,12 @@ class _Rare(Generic[_T]):
         if trial._more is not None:
             trial._more.pop(self.name, None)
 
+    def default_for(self, trial: LiveTrial) -> _T:
+        """The field's default for ``trial``."""
+        return self.default if self.default_of is None else self.default_of(trial)
+
     def is_default(self, trial: LiveTrial, value: Any) -> bool:
-        default = self.default if self.default_of is None else self.default_of(trial)
+        default = self.default_for(trial)
         return value is default or (type(value) is type(default) and value == default)
 
 
@@ -448,8 +452,7 @@ class LiveTrial:
         Called once the trial's reports and end are in the journal's buffer (which is
         written before anyone hears of the end).
         """
-        self.seen_metrics = _NO_METRICS
-        self.optuna_trial = None
+        del self.seen_metrics, self.optuna_trial  # back to their defaults
         if study_params is not None and _same(study_params, self.params, self.config):
             self.params = self.config = study_params
         elif self.params is not self.config and _same(self.params, self.config):
@@ -466,8 +469,8 @@ class LiveTrial:
             self.errors = ()
         if not self.exploits:
             self.exploits = ()
-        self.max_step_reported = -1  # (only read while the trial reports to Optuna)
-        self.waiting_for_resources = False
+        # (Only read while the trial runs and reports to Optuna.)
+        del self.max_step_reported, self.waiting_for_resources
         self._forget_defaults()
 
     def _forget_defaults(self) -> None:
@@ -533,7 +536,6 @@ class LiveTrial:
 _RARE: dict[str, _Rare[Any]] = {
     name: field_ for name, field_ in vars(LiveTrial).items() if isinstance(field_, _Rare)
 }
-_NO_METRICS: frozenset[str] = frozenset()
 
 
 def _same(first: dict[str, Any], *others: dict[str, Any]) -> bool:
@@ -568,6 +570,8 @@ class SummaryRow(Mapping[str, Any]):
 
     __slots__ = ()
 
+    _names: tuple[Any, ...]  # (the class's for a slotted row, the row's own for a tuple row)
+
     _MAX_CLASSES: ClassVar[int] = 256
     _classes: ClassVar[dict[tuple[Any, ...], type[_SlottedRow]]] = {}
 
@@ -587,6 +591,12 @@ class SummaryRow(Mapping[str, Any]):
             slot.__set__(row, value)
         return row
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
     def __repr__(self) -> str:
         return repr(dict(self))
 
@@ -599,7 +609,7 @@ class _SlottedRow(SummaryRow):
 
     __slots__ = ()
 
-    _names: ClassVar[tuple[Any, ...]] = ()
+    _names = ()
     _index: ClassVar[dict[Any, int]] = {}
     _slots: ClassVar[tuple[Any, ...]] = ()  # the slots' member descriptors, in order
 
@@ -619,12 +629,6 @@ class _SlottedRow(SummaryRow):
         except KeyError:
             raise KeyError(key) from None
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
 
 class _TupleRow(SummaryRow):
     """A :class:`SummaryRow` that keeps its names beside its values (past the cap on
@@ -641,12 +645,6 @@ class _TupleRow(SummaryRow):
             if name == key:
                 return value
         raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
 
 
 def checked_index(index: int, length: int, what: str) -> int:
