@@ -9,7 +9,7 @@ import pytest
 from conftest import Location
 
 from lumos.storage import LeaseHeldError, RetryPolicy, RunStorage, set_retry_policy
-from lumos.storage._internal import filesystem as fsu
+from lumos.storage._internal import conditional as cw
 from lumos.storage.testing import FaultyFileSystem, S3Server
 
 
@@ -30,21 +30,21 @@ def fast_retries() -> Iterator[None]:
 def test_conditional_put_and_delete_primitives(s3: S3Server, bucket: str) -> None:
     fs = s3.filesystem()
     path = f"{bucket}/run/_lumos/lease.json"
-    assert fsu.conditional_backend(fs) is fs
-    assert fsu.put_if_absent(fs, path, b"a")
-    assert not fsu.put_if_absent(fs, path, b"b")  # If-None-Match: * refused
-    data, etag = fsu.read_with_etag(fs, path)
+    assert cw.conditional_backend(fs) is fs
+    assert cw.put_if_absent(fs, path, b"a")
+    assert not cw.put_if_absent(fs, path, b"b")  # If-None-Match: * refused
+    data, etag = cw.read_with_etag(fs, path)
     assert data == b"a"
     assert etag is not None
-    assert fsu.put_if_match(fs, path, b"c", etag)
-    assert not fsu.put_if_match(fs, path, b"d", etag)  # the ETag changed with "c"
+    assert cw.put_if_match(fs, path, b"c", etag)
+    assert not cw.put_if_match(fs, path, b"d", etag)  # the ETag changed with "c"
     assert fs.cat_file(path) == b"c"
-    assert not fsu.delete_if_match(fs, path, etag)  # stale ETag: not deleted
-    _, current = fsu.read_with_etag(fs, path)
+    assert not cw.delete_if_match(fs, path, etag)  # stale ETag: not deleted
+    _, current = cw.read_with_etag(fs, path)
     assert current is not None
-    assert fsu.delete_if_match(fs, path, current)
-    assert fsu.read_with_etag(fs, path) == (None, None)
-    assert not fsu.put_if_match(fs, path, b"e", current)  # gone: nothing to replace
+    assert cw.delete_if_match(fs, path, current)
+    assert cw.read_with_etag(fs, path) == (None, None)
+    assert not cw.put_if_match(fs, path, b"e", current)  # gone: nothing to replace
 
 
 def test_s3_lease_uses_conditional_writes_and_other_stores_do_not(
@@ -100,11 +100,11 @@ def test_stale_lease_takeover_is_conditional(s3: S3Server, bucket: str) -> None:
     old = storage.acquire_lease("old", ttl_s=10, clock=lambda: now[0])
     now[0] += 60  # the old holder stopped renewing
     path = f"{storage.state_dir}/lease.json"
-    _, etag = fsu.read_with_etag(storage.fs, path)
+    _, etag = cw.read_with_etag(storage.fs, path)
     assert etag is not None
     new = storage.acquire_lease("new", ttl_s=10, clock=lambda: now[0])
     # a second contender that read the same stale ETag cannot replace the new lease
-    assert not fsu.put_if_match(storage.fs, path, b"{}", etag)
+    assert not cw.put_if_match(storage.fs, path, b"{}", etag)
     with pytest.raises(LeaseHeldError, match="Lost the lease"):
         old.renew()
     old.release()  # not ours any more: the new holder's lease stays

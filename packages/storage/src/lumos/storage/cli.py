@@ -28,11 +28,13 @@ from lumos.storage._internal.cli import (
     DashboardOptions as DashboardOptions,
     PluginMissingError as PluginMissingError,
     app as app,
-    fmt_best as fmt_best,
-    fmt_value as fmt_value,
     main as main,
     plugin_for as plugin_for,
     print_json as print_json,
+)
+from lumos.storage._internal.cli_messages import (
+    fmt_best as fmt_best,
+    fmt_value as fmt_value,
 )
 from lumos.storage._internal.run_view import (
     KNOWN_OWNERS as KNOWN_OWNERS,

@@ -25,17 +25,22 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage._internal.faults import (
+from lumos.storage._internal.fault_schedule import (
     FAULT_KINDS as FAULT_KINDS,
     FAULTS_ENV as FAULTS_ENV,
     FAULTS_FILE_ENV as FAULTS_FILE_ENV,
-    FaultyFileSystem as FaultyFileSystem,
     read_fault_records as read_fault_records,
 )
+from lumos.storage._internal.faults import FaultyFileSystem as FaultyFileSystem
 
 DUMMY_KEY = "lumos-testing"
+"""Access key the S3 clients of ``s3_filesystem`` send (moto accepts any)."""
+
 DUMMY_SECRET = "lumos-testing-secret"
+"""Secret key the S3 clients of ``s3_filesystem`` send."""
+
 REGION = "us-west-2"
+"""Region the S3 clients of ``s3_filesystem`` use."""
 
 
 def _require(module: str, package: str) -> Any:

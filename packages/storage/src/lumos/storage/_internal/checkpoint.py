@@ -15,6 +15,7 @@ from fsspec import AbstractFileSystem
 from lumos.storage._internal import filesystem as fsu
 
 METADATA_FILE = ".metadata.json"
+"""File inside a checkpoint directory that holds its metadata."""
 
 
 class Checkpoint:

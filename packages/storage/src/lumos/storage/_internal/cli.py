@@ -26,15 +26,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lumos.storage._internal import run_view
+from lumos.storage._internal import cli_messages as messages, run_view
+from lumos.storage._internal.cli_messages import fmt_best, fmt_value
 from lumos.storage._internal.errors import MissingBackendError, StorageError, StorageUsageError
 from lumos.storage._internal.jsonable import json_default
 from lumos.storage._internal.run_view import KNOWN_OWNERS, NotARunError, StoredRun
 
 ENTRY_POINT_GROUP = "lumos.cli"
+"""The entry point group where packages register their :class:`CliPlugin`."""
 
 EXIT_ERROR = 1
+"""Exit code of an error while reading (corrupt state, missing backend or plugin)."""
+
 EXIT_USAGE = 2
+"""Exit code of a usage error (a path that is not a lumos run, a bad option)."""
 
 
 class CliError(StorageError):
@@ -174,38 +179,19 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def fmt_value(value: Any) -> str:
-    """A metric value for a table cell (floats to 5 significant digits)."""
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def fmt_best(best: dict[str, Any] | None) -> str:
-    """The ``best`` of a summary as ``loss=0.12 (min, report 7)``."""
-    if not best:
-        return ""
-    where = best.get("trial") or (
-        f"report {best['report']}" if best.get("report") is not None else ""
-    )
-    note = ", ".join(str(p) for p in (best.get("mode"), where) if p)
-    return f"{best['metric']}={fmt_value(best['value'])}" + (f" ({note})" if note else "")
-
-
 @contextmanager
 def _errors() -> Iterator[None]:
     """Turn lumos errors into a message on stderr and the exit code."""
     try:
         yield
     except CliError as exc:
-        _stderr().print(f"lumos: error: {exc}", markup=False)
+        _stderr().print(messages.error_line(exc), markup=False)
         raise typer.Exit(exc.exit_code) from exc
     except (NotARunError, StorageUsageError) as exc:
-        _stderr().print(f"lumos: error: {exc}", markup=False)
+        _stderr().print(messages.error_line(exc), markup=False)
         raise typer.Exit(EXIT_USAGE) from exc
     except (MissingBackendError, StorageError) as exc:
-        _stderr().print(f"lumos: error: {exc}", markup=False)
+        _stderr().print(messages.error_line(exc), markup=False)
         raise typer.Exit(EXIT_ERROR) from exc
 
 
@@ -216,13 +202,9 @@ def _row(table: Table, *cells: str) -> None:
 
 def _render_run(detail: dict[str, Any], console: Console) -> None:
     header = Text(detail["name"], style="bold")
-    header.append(f"  run  {detail['status']}  ({detail['path']})", style="")
+    header.append(messages.run_heading(detail), style="")
     console.print(header)
-    console.print(
-        f"created {detail['created_at']}, updated {detail['updated_at']}, "
-        f"{detail['reports']} reports, {len(detail['checkpoints'])} checkpoints",
-        markup=False,
-    )
+    console.print(messages.run_counts(detail), markup=False)
     if detail["config"]:
         console.print("config: " + json.dumps(detail["config"], default=json_default), markup=False)
     attempts = Table(title="attempts", title_justify="left")
@@ -247,20 +229,13 @@ def _render_run(detail: dict[str, Any], console: Console) -> None:
         checkpoints.add_column(Text(col))
     for c in detail["checkpoints"]:
         name = c["dir_name"] + (" (latest)" if c["latest"] else "")
-        status = c["status"] + (f": {c['validation_error']}" if c["validation_error"] else "")
         cells = [fmt_value(c["metrics"].get(k, "")) for k in keys]
-        _row(checkpoints, name, str(c["report_index"]), status, *cells)
+        _row(checkpoints, name, str(c["report_index"]), messages.checkpoint_status(c), *cells)
     console.print(checkpoints)
     for r in detail["rollbacks"]:
-        console.print(
-            f"rollback {r['number']} at report {r['from_report']} ({r['check']}: {r['reason']}) "
-            f"to {r['to_checkpoint'] or 'the start'}",
-            markup=False,
-        )
-    latest = detail["latest_metrics"]
-    if latest:
-        text = ", ".join(f"{k}={fmt_value(v)}" for k, v in latest.items())
-        console.print(f"latest metrics (report {detail['reports'] - 1}): {text}", markup=False)
+        console.print(messages.rollback_line(r), markup=False)
+    if detail["latest_metrics"]:
+        console.print(messages.latest_metrics(detail), markup=False)
     if detail["nested_runs"]:
         console.print("nested runs: " + ", ".join(detail["nested_runs"]), markup=False)
 
@@ -274,6 +249,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+"""The ``lumos`` command (a Typer app: ``ls``, ``show``, ``dashboard``)."""
 
 EndpointOption = Annotated[
     str | None,
@@ -311,7 +287,7 @@ def ls_command(
         print_json(rows)
         return
     if not rows:
-        _stderr().print(f"no lumos runs or sweeps under {path!r}", markup=False)
+        _stderr().print(messages.no_runs(path), markup=False)
         return
     table = Table()
     for col in ("name", "kind", "state", "started", "best"):

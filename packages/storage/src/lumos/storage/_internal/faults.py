@@ -1,41 +1,20 @@
 """FaultyFileSystem: an fsspec wrapper that fails a seeded fraction of operations.
 
-Exported by ``lumos.storage.testing``; see ``FaultyFileSystem`` for the controls.
+Exported by ``lumos.storage.testing``; see ``FaultyFileSystem`` for the controls. This
+module is the fsspec side (which calls count as which kind, the delegation);
+``fault_schedule.py`` decides which calls fail.
 """
 
 from __future__ import annotations
 
 import collections
-import errno
-import json
 import os
-import random
-import socket
-import threading
 from typing import Any
 
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-FAULT_KINDS = ("write", "rename", "list", "read", "delete")
-"""The operation kinds a ``FaultyFileSystem`` can fail."""
-
-FAULTS_ENV = "LUMOS_STORAGE_FAULTS"
-"""Environment variable with a JSON object of settings that override the constructor's."""
-
-FAULTS_FILE_ENV = "LUMOS_STORAGE_FAULTS_FILE"
-"""Environment variable naming a control file (used when ``control_file`` is not given)."""
-
-_SETTINGS = (
-    "enabled",
-    "permanent",
-    "write_failure_rate",
-    "rename_failure_rate",
-    "list_failure_rate",
-    "read_failure_rate",
-    "delete_failure_rate",
-    "max_consecutive",
-)
+from lumos.storage._internal.fault_schedule import FaultSchedule
 
 
 class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -151,12 +130,9 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
             raise TypeError(f"fs must be an fsspec AbstractFileSystem, got {type(fs).__name__}")
         self.fs = fs
         self.seed = seed
-        self.control_file = control_file or os.environ.get(FAULTS_FILE_ENV) or None
         self.record_dir = record_dir
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-        self._settings: dict[str, Any] = {}
-        self._apply(
+        self._schedule = FaultSchedule(
+            seed,
             {
                 "enabled": enabled,
                 "permanent": permanent,
@@ -167,115 +143,42 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 "delete_failure_rate": delete_failure_rate,
                 "max_consecutive": max_consecutive,
             },
-            "FaultyFileSystem",
+            control_file,
+            record_dir,
         )
-        env = os.environ.get(FAULTS_ENV)
-        if env:
-            self._apply(_parse_settings(env, FAULTS_ENV), FAULTS_ENV)
-        self._base = dict(self._settings)
-        self._file_mtime: int | None = None
-        self._file_settings: dict[str, Any] = {}
-        self._local_overrides: dict[str, Any] = {}
-        self._streak: dict[tuple[str, str], int] = {}
-        self.injected: collections.Counter[str] = collections.Counter()
-        self.calls: collections.Counter[str] = collections.Counter()
+        self.control_file = self._schedule.control_file
 
     # -- controls -------------------------------------------------------------
-    def _apply(self, settings: dict[str, Any], source: str) -> None:
-        self._settings.update(_validated(settings, source))
-
     def set_faults(self, **settings: Any) -> None:
         """Change settings in this process (``enabled``, ``permanent``, rates, ``max_consecutive``).
 
         They override the constructor, the environment and the control file until
         ``clear_overrides()``.
         """
-        checked = _validated(settings, "set_faults")
-        with self._lock:
-            self._local_overrides.update(checked)
-            self._recompute()
+        self._schedule.set_faults(**settings)
 
     def clear_overrides(self) -> None:
         """Forget what ``set_faults`` changed."""
-        with self._lock:
-            self._local_overrides.clear()
-            self._recompute()
+        self._schedule.clear_overrides()
 
     def reset_counts(self) -> None:
         """Zero ``injected`` and ``calls``."""
-        with self._lock:
-            self.injected.clear()
-            self.calls.clear()
-            self._streak.clear()
+        self._schedule.reset_counts()
 
     @property
     def settings(self) -> dict[str, Any]:
         """The settings in force now (after the control file is checked)."""
-        with self._lock:
-            self._poll_file()
-            return dict(self._settings)
+        return self._schedule.settings
 
-    def _recompute(self) -> None:
-        self._settings = {}
-        self._apply(self._base, "FaultyFileSystem")
-        self._apply(self._file_settings, "control file")
-        self._apply(self._local_overrides, "set_faults")
+    @property
+    def injected(self) -> collections.Counter[str]:
+        """Faults injected by kind in this process."""
+        return self._schedule.injected
 
-    def _poll_file(self) -> None:
-        if not self.control_file:
-            return
-        try:
-            mtime: int | None = os.stat(self.control_file).st_mtime_ns
-        except OSError:
-            mtime = None
-        if mtime == self._file_mtime:
-            return
-        self._file_mtime = mtime
-        settings: dict[str, Any] = {}
-        if mtime is not None:
-            try:
-                with open(self.control_file) as f:
-                    settings = _validated(_parse_settings(f.read(), self.control_file), "")
-            except (OSError, ValueError):
-                settings = {}  # torn or invalid: the other settings stay in force
-        self._file_settings = settings
-        self._recompute()
-
-    # -- injection ------------------------------------------------------------
-    def _maybe_fail(self, kind: str, path: Any) -> None:
-        where = str(path)
-        with self._lock:
-            self._poll_file()
-            settings = self._settings
-            self.calls[kind] += 1
-            rate = float(settings[f"{kind}_failure_rate"])
-            if not settings["enabled"] or rate <= 0.0:
-                return
-            key = (kind, where)
-            streak = self._streak.get(key, 0)
-            limit = settings["max_consecutive"]
-            if self._rng.random() >= rate or (limit is not None and streak >= limit):
-                self._streak.pop(key, None)
-                return
-            self._streak[key] = streak + 1
-            self.injected[kind] += 1
-            permanent = bool(settings["permanent"])
-            flavour = self._rng.randrange(3)
-        exc = _make_error(kind, where, permanent, flavour)
-        self._record(kind, where, exc)
-        raise exc
-
-    def _record(self, kind: str, where: str, exc: BaseException) -> None:
-        if not self.record_dir:
-            return
-        line = json.dumps({"kind": kind, "path": where, "error": type(exc).__name__})
-        name = f"faults-{socket.gethostname()}-{os.getpid()}.jsonl"
-        try:
-            os.makedirs(self.record_dir, exist_ok=True)
-            with open(os.path.join(self.record_dir, name), "a") as f:
-                f.write(line + "\n")
-        except OSError:  # pragma: no cover - the record is best effort
-            pass
+    @property
+    def calls(self) -> collections.Counter[str]:
+        """Calls of a faulted kind, by kind, in this process."""
+        return self._schedule.calls
 
     # -- path forms -----------------------------------------------------------
     def _strip_protocol(self, path: Any) -> Any:
@@ -313,7 +216,7 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
         **kwargs: Any,
     ) -> Any:
         writing = any(c in mode for c in "wax+")
-        self._maybe_fail("write" if writing else "read", path)
+        self._schedule.maybe_fail("write" if writing else "read", path)
         if writing:
             self._local_parent(path)
         return self.fs.open(
@@ -327,7 +230,7 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> Any:
         """Write ``value`` to ``path`` (a write fault may be injected first)."""
-        self._maybe_fail("write", path)
+        self._schedule.maybe_fail("write", path)
         if isinstance(self.fs, LocalFileSystem) and mode == "overwrite" and not kwargs:
             from lumos.storage._internal.filesystem import atomic_write_bytes
 
@@ -337,28 +240,28 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def put_file(self, lpath: str, rpath: str, *args: Any, **kwargs: Any) -> Any:
         """Upload a local file (a write fault may be injected first)."""
-        self._maybe_fail("write", rpath)
+        self._schedule.maybe_fail("write", rpath)
         self._local_parent(rpath)
         return self.fs.put_file(lpath, rpath, *args, **kwargs)
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> Any:
         """Create or truncate ``path`` (a write fault may be injected first)."""
-        self._maybe_fail("write", path)
+        self._schedule.maybe_fail("write", path)
         return self.fs.touch(path, truncate=truncate, **kwargs)
 
     def cat_file(self, path: str, start: Any = None, end: Any = None, **kwargs: Any) -> Any:
         """Read ``path`` (a read fault may be injected first)."""
-        self._maybe_fail("read", path)
+        self._schedule.maybe_fail("read", path)
         return self.fs.cat_file(path, start=start, end=end, **kwargs)
 
     def get_file(self, rpath: str, lpath: str, *args: Any, **kwargs: Any) -> Any:
         """Download ``rpath`` (a read fault may be injected first)."""
-        self._maybe_fail("read", rpath)
+        self._schedule.maybe_fail("read", rpath)
         return self.fs.get_file(rpath, lpath, *args, **kwargs)
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
         """List ``path`` (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return self.fs.ls(path, detail=detail, **kwargs)
 
     def find(
@@ -370,60 +273,60 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
         **kwargs: Any,
     ) -> Any:
         """Every file under ``path`` (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
 
     def glob(self, path: str, maxdepth: int | None = None, **kwargs: Any) -> Any:
         """Paths matching ``path`` (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return self.fs.glob(path, maxdepth=maxdepth, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> Any:
         """Metadata of ``path`` (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return self.fs.info(path, **kwargs)
 
     def exists(self, path: str, **kwargs: Any) -> bool:
         """Whether ``path`` exists (a list fault may be injected first, and is raised)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return bool(self.fs.exists(path, **kwargs))
 
     def isdir(self, path: str) -> bool:
         """Whether ``path`` is a directory (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return bool(self.fs.isdir(path))
 
     def isfile(self, path: str) -> bool:
         """Whether ``path`` is a file (a list fault may be injected first)."""
-        self._maybe_fail("list", path)
+        self._schedule.maybe_fail("list", path)
         return bool(self.fs.isfile(path))
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> Any:
         """Copy one file (a rename fault may be injected first)."""
-        self._maybe_fail("rename", path1)
+        self._schedule.maybe_fail("rename", path1)
         self._local_parent(path2)
         return self.fs.cp_file(path1, path2, **kwargs)
 
     def copy(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> Any:
         """Copy files (a rename fault may be injected first)."""
-        self._maybe_fail("rename", path1)
+        self._schedule.maybe_fail("rename", path1)
         if isinstance(path2, str):
             self._local_parent(path2)
         return self.fs.copy(path1, path2, *args, **kwargs)
 
     def mv(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> Any:
         """Move files (a rename fault may be injected first)."""
-        self._maybe_fail("rename", path1)
+        self._schedule.maybe_fail("rename", path1)
         return self.fs.mv(path1, path2, *args, **kwargs)
 
     def rm_file(self, path: str) -> Any:
         """Delete one file (a delete fault may be injected first)."""
-        self._maybe_fail("delete", path)
+        self._schedule.maybe_fail("delete", path)
         return self.fs.rm_file(path)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> Any:
         """Delete files (a delete fault may be injected first)."""
-        self._maybe_fail("delete", path)
+        self._schedule.maybe_fail("delete", path)
         return self.fs.rm(path, recursive=recursive, maxdepth=maxdepth)
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> Any:
@@ -453,76 +356,10 @@ class FaultyFileSystem(AbstractFileSystem):  # type: ignore[misc]
     def __getattr__(self, name: str) -> Any:
         # Backend-specific calls (s3fs's ``call_s3``, ``split_path``, ...) pass
         # through unfaulted. Only reached for names the class does not define.
-        if name.startswith("__") or name in ("fs", "_settings", "_lock"):
+        if name.startswith("__") or name in ("fs", "_schedule"):
             raise AttributeError(name)
         return getattr(self.fs, name)
 
     def __repr__(self) -> str:
-        return f"FaultyFileSystem({self.fs!r}, seed={self.seed}, settings={self._settings})"
-
-
-def _validated(settings: dict[str, Any], source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key not in _SETTINGS:
-            raise ValueError(
-                f"{source}: unknown fault setting {key!r}; allowed: {', '.join(_SETTINGS)}"
-            )
-        if key.endswith("_rate"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{source}: {key}={value!r} must be a number in [0, 1]")
-            if not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"{source}: {key}={value!r} must be in [0, 1]")
-            value = float(value)
-        elif key == "max_consecutive":
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{source}: max_consecutive={value!r} must be None or >= 1")
-        elif not isinstance(value, bool):
-            raise ValueError(f"{source}: {key}={value!r} must be true or false")
-        out[key] = value
-    return out
-
-
-def _parse_settings(text: str, source: str) -> dict[str, Any]:
-    try:
-        loaded = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{source}: not a JSON object of fault settings ({exc})") from exc
-    if not isinstance(loaded, dict):
-        raise ValueError(f"{source}: expected a JSON object of fault settings, got {loaded!r}")
-    return dict(loaded)
-
-
-def _make_error(kind: str, where: str, permanent: bool, flavour: int) -> OSError:
-    if permanent:
-        return PermissionError(errno.EACCES, f"injected permanent {kind} fault on {where!r}")
-    if flavour == 0:
-        return ConnectionResetError(
-            errno.ECONNRESET, f"injected {kind} fault on {where!r} (connection reset)"
-        )
-    if flavour == 1:
-        return TimeoutError(errno.ETIMEDOUT, f"injected {kind} fault on {where!r} (timeout)")
-    return OSError(
-        errno.EBUSY, f"SlowDown: injected {kind} fault on {where!r} (throttled, HTTP 503)"
-    )
-
-
-def read_fault_records(record_dir: str) -> collections.Counter[str]:
-    """Faults injected by kind, summed over every process that wrote to ``record_dir``."""
-    total: collections.Counter[str] = collections.Counter()
-    try:
-        names = os.listdir(record_dir)
-    except FileNotFoundError:
-        return total
-    for name in names:
-        if not (name.startswith("faults-") and name.endswith(".jsonl")):
-            continue
-        with open(os.path.join(record_dir, name)) as f:
-            for line in f:
-                try:
-                    total[str(json.loads(line)["kind"])] += 1
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line torn by a killed process
-    return total
+        settings = self._schedule.last_settings
+        return f"FaultyFileSystem({self.fs!r}, seed={self.seed}, settings={settings})"

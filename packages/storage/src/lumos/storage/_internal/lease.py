@@ -16,13 +16,16 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage._internal import filesystem as fsu
+from lumos.storage._internal import conditional as cw, filesystem as fsu
 from lumos.storage._internal.errors import LeaseHeldError
 
 logger = logging.getLogger(__name__)
 
 LEASE_FILE = "lease.json"
+"""The lease document's name under ``_lumos/``."""
+
 LOCK_FILE = ".lease.lock"
+"""Local disk: the file flocked to serialise lease updates between processes."""
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -105,7 +108,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # None: unknown yet; False: the store has no conditional writes (fall back).
-        self._conditional: bool | None = None if fsu.conditional_backend(fs) else False
+        self._conditional: bool | None = None if cw.conditional_backend(fs) else False
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -149,7 +152,7 @@ class Lease:
 
     def _read_versioned(self) -> tuple[bool, dict[str, Any] | None, str | None]:
         """``(exists, document or None when unreadable, etag)``."""
-        data, etag = fsu.read_with_etag(self._fs, self._path)
+        data, etag = cw.read_with_etag(self._fs, self._path)
         return data is not None, _parse(data), etag
 
     def _is_live(self, doc: dict[str, Any]) -> bool:
@@ -175,7 +178,7 @@ class Lease:
                 self._acquire_conditional()
                 self._conditional = True
                 return
-            except fsu.ConditionalWritesUnsupportedError as exc:
+            except cw.ConditionalWritesUnsupportedError as exc:
                 logger.info("No conditional writes on %s (%s); lease is best effort", self.run, exc)
                 self._conditional = False
         with self._exclusive():
@@ -206,7 +209,7 @@ class Lease:
                 # True: created. False: someone created it meanwhile, or our own retried
                 # put landed. Either way the read-back decides (it also catches an
                 # S3-compatible store that ignores the header).
-                fsu.put_if_absent(self._fs, self._path, payload)
+                cw.put_if_absent(self._fs, self._path, payload)
                 back = self._read()
                 if back is not None and back.get("token") == self.token:
                     return
@@ -218,8 +221,8 @@ class Lease:
             ):
                 raise self._error(current)
             if etag is None:
-                raise fsu.ConditionalWritesUnsupportedError("the store returned no ETag")
-            fsu.put_if_match(self._fs, self._path, payload, etag)
+                raise cw.ConditionalWritesUnsupportedError("the store returned no ETag")
+            cw.put_if_match(self._fs, self._path, payload, etag)
             back = self._read()
             if back is not None and back.get("token") == self.token:
                 return  # ours (a retried put whose first try landed included)
@@ -245,11 +248,11 @@ class Lease:
             raise self._lost(current)
         payload = json.dumps(self._doc()).encode()
         if not exists:
-            ok = fsu.put_if_absent(self._fs, self._path, payload)
+            ok = cw.put_if_absent(self._fs, self._path, payload)
         elif etag is None:
-            raise fsu.ConditionalWritesUnsupportedError("the store returned no ETag")
+            raise cw.ConditionalWritesUnsupportedError("the store returned no ETag")
         else:
-            ok = fsu.put_if_match(self._fs, self._path, payload, etag)
+            ok = cw.put_if_match(self._fs, self._path, payload, etag)
         if not ok:
             back = self._read()
             if back is None or back.get("token") != self.token:
@@ -310,9 +313,9 @@ class Lease:
                 _, current, etag = self._read_versioned()
                 if current is not None and current.get("token") == self.token and etag:
                     try:
-                        fsu.delete_if_match(self._fs, self._path, etag)
+                        cw.delete_if_match(self._fs, self._path, etag)
                         return
-                    except fsu.ConditionalWritesUnsupportedError:
+                    except cw.ConditionalWritesUnsupportedError:
                         pass  # no conditional delete: a plain one below
             current = self._read()
             if current is not None and current.get("token") == self.token:

@@ -7,7 +7,10 @@ import unicodedata
 from lumos.storage._internal.errors import InvalidNameError
 
 RESERVED_NAMES = frozenset({"_lumos"})
+"""Names lumos keeps for its own state, refused as run or checkpoint names."""
+
 MAX_NAME_LENGTH = 255
+"""The longest name accepted (a path component on common filesystems)."""
 
 
 def validate_name(value: object, field: str = "name") -> str:

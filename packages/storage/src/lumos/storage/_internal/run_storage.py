@@ -7,24 +7,24 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fsspec import AbstractFileSystem
-from pydantic import ValidationError
 
-from lumos.storage._internal import filesystem as fsu
+from lumos.storage._internal import filesystem as fsu, metrics_log
 from lumos.storage._internal.checkpoint import Checkpoint
-from lumos.storage._internal.errors import RunStateError, StorageUsageError
+from lumos.storage._internal.errors import StorageUsageError
 from lumos.storage._internal.lease import LEASE_FILE, Lease
 from lumos.storage._internal.names import validate_name, validate_relpath
 from lumos.storage._internal.retention import RetentionPolicy
-from lumos.storage._internal.state import SCHEMA_VERSION, CheckpointRecord, RunState
+from lumos.storage._internal.state import CheckpointRecord, RunState, decode_state, encode_state
 
 STATE_DIR = "_lumos"
+"""The run's own directory of lumos state, next to its checkpoints."""
+
 STATE_FILE = "run_state.json"
-METRICS_DIR = "metrics"
+"""The run state document's name under ``_lumos/``."""
 
 
 class RunStorage:
@@ -147,27 +147,7 @@ class RunStorage:
         """
         fsu.invalidate(self.fs, self.state_dir)
         data = fsu.read_bytes(self.fs, self.state_path)
-        if data is None:
-            return None
-        try:
-            raw = json.loads(data)
-        except ValueError as exc:
-            raise RunStateError(self.state_path, f"not valid JSON ({exc})") from exc
-        if not isinstance(raw, dict):
-            raise RunStateError(self.state_path, "not a JSON object")
-        version = raw.get("schema_version")
-        if not isinstance(version, int) or version < 1:
-            raise RunStateError(self.state_path, f"schema_version={version!r} is not valid")
-        if version > SCHEMA_VERSION:
-            raise RunStateError(
-                self.state_path,
-                f"schema_version={version} was written by a newer lumos-storage (this one reads "
-                f"up to {SCHEMA_VERSION}); upgrade: pip install -U lumos-storage",
-            )
-        try:
-            return RunState.model_validate(raw)
-        except ValidationError as exc:
-            raise RunStateError(self.state_path, str(exc)) from exc
+        return None if data is None else decode_state(data, self.state_path)
 
     def save_state(self, state: RunState) -> None:
         """Write the run state atomically (tmp + fsync + rename locally; one put on object stores)."""
@@ -175,8 +155,7 @@ class RunStorage:
             raise StorageUsageError(
                 f"state.name={state.name!r} does not match the run name {self.name!r}"
             )
-        payload = state.model_dump_json(indent=1).encode()
-        fsu.atomic_write_bytes(self.fs, self.state_path, payload)
+        fsu.atomic_write_bytes(self.fs, self.state_path, encode_state(state))
 
     def commit_checkpoint(
         self,
@@ -342,6 +321,10 @@ class RunStorage:
         return names
 
     # -- json and metrics -----------------------------------------------------
+    @property
+    def _metrics_dir(self) -> str:
+        return fsu.join(self.state_dir, metrics_log.METRICS_DIR)
+
     def read_json(self, relpath: str) -> Any | None:
         """Read ``_lumos/<relpath>`` as JSON, or None when it does not exist."""
         validate_relpath(relpath)
@@ -361,12 +344,7 @@ class RunStorage:
         ``start_index`` lies inside the history (a run resumed from an earlier
         checkpoint) replaces the rows from there on.
         """
-        if start_index < 0:
-            raise ValueError(f"start_index must be >= 0, got {start_index}")
-        if not rows:
-            return
-        name = f"{start_index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-        self.write_json(f"{METRICS_DIR}/{name}", {"start_index": start_index, "rows": rows})
+        metrics_log.write_rows(self.fs, self._metrics_dir, rows, start_index)
 
     def merge_metrics(self, index: int, metrics: dict[str, Any]) -> None:
         """Merge ``metrics`` into report ``index``'s row of the history (a new chunk).
@@ -375,38 +353,11 @@ class RunStorage:
         validation. A later chunk that rewrites the history from ``index`` or earlier
         (a resumed run reporting again) supersedes the merge.
         """
-        if index < 0:
-            raise ValueError(f"index must be >= 0, got {index}")
-        name = f"{index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-        self.write_json(f"{METRICS_DIR}/{name}", {"merge_index": index, "metrics": metrics})
+        metrics_log.write_merge(self.fs, self._metrics_dir, index, metrics)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """The full report history in order (see ``append_metrics``)."""
-        directory = fsu.join(self.state_dir, METRICS_DIR)
-        fsu.invalidate(self.fs, directory)
-        try:
-            files = fsu.call("list", directory, self.fs.ls, directory, detail=False)
-        except FileNotFoundError:
-            return []
-        names = [str(f).rsplit("/", 1)[-1] for f in files if str(f).endswith(".json")]
-        # Chunk names are "<start>-<write time ns>-<random>.json": apply in write order.
-        chunks = sorted(
-            (n for n in names if not n.startswith(".") and n.count("-") >= 2),
-            key=lambda n: (int(n.split("-")[1]), int(n.split("-")[0])),
-        )
-        history: list[dict[str, Any]] = []
-        for chunk in chunks:
-            doc = self.read_json(f"{METRICS_DIR}/{chunk}")
-            if not isinstance(doc, dict):
-                continue
-            if "merge_index" in doc:
-                at = int(doc["merge_index"])
-                if at < len(history):
-                    history[at] = {**history[at], **doc["metrics"]}
-                continue
-            start = int(doc["start_index"])
-            history = history[:start] + list(doc["rows"])
-        return history
+        return metrics_log.read_history(self.fs, self._metrics_dir)
 
     # -- lease ----------------------------------------------------------------
     def acquire_lease(

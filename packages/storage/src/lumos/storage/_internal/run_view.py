@@ -21,11 +21,13 @@ from lumos.storage._internal.errors import StorageError, StorageUsageError
 from lumos.storage._internal.run_storage import STATE_DIR, STATE_FILE, RunStorage
 from lumos.storage._internal.state import CheckpointRecord, RunState
 
-# ``RunState.extra`` key -> (kind, the package that reads it). A state whose ``extra``
-# holds one of these keys was written by that package (a Tune experiment stores
-# ``extra["tune"] = {"metric": ..., "mode": ...}``); the package's ``lumos.cli`` plugin,
-# registered under the same key, shows it.
 KNOWN_OWNERS: dict[str, tuple[str, str]] = {"tune": ("sweep", "lumos-tune")}
+"""``RunState.extra`` key -> (kind, the package that reads it).
+
+A state whose ``extra`` holds one of these keys was written by that package (a Tune
+experiment stores ``extra["tune"] = {"metric": ..., "mode": ...}``); the package's
+``lumos.cli`` plugin, registered under the same key, shows it.
+"""
 
 _S3_PROTOCOLS = ("s3", "s3a")
 

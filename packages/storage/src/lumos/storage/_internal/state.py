@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lumos.storage._internal.errors import RunStateError
 from lumos.storage._internal.names import validate_name
 
 SCHEMA_VERSION = 1
+"""The run state schema this version writes (and the newest it reads)."""
 
 RunStatus = Literal["running", "finished", "errored", "aborted"]
+"""``RunState.status``."""
+
 AttemptStatus = Literal["running", "finished", "errored", "aborted", "rolled_back", "resized"]
+"""``AttemptRecord.status``."""
+
 ValidationStatus = Literal["pending", "validated", "timeout", "failed"]
+"""``CheckpointRecord.validation_status`` (``None``: no validation requested)."""
 
 
 class CheckpointRecord(BaseModel):
@@ -148,3 +156,35 @@ class RunState(BaseModel):
     def live_checkpoints(self) -> list[CheckpointRecord]:
         """The committed checkpoints that were not rolled back, oldest first."""
         return [r for r in self.checkpoints if not r.rolled_back]
+
+
+def encode_state(state: RunState) -> bytes:
+    """The run state document's bytes (what ``decode_state`` reads)."""
+    return state.model_dump_json(indent=1).encode()
+
+
+def decode_state(data: bytes, path: str) -> RunState:
+    """The run state in document ``data``, read from ``path``.
+
+    Raises:
+        RunStateError: The document is corrupt, invalid or from a newer schema.
+    """
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise RunStateError(path, f"not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise RunStateError(path, "not a JSON object")
+    version = raw.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise RunStateError(path, f"schema_version={version!r} is not valid")
+    if version > SCHEMA_VERSION:
+        raise RunStateError(
+            path,
+            f"schema_version={version} was written by a newer lumos-storage (this one reads "
+            f"up to {SCHEMA_VERSION}); upgrade: pip install -U lumos-storage",
+        )
+    try:
+        return RunState.model_validate(raw)
+    except ValidationError as exc:
+        raise RunStateError(path, str(exc)) from exc

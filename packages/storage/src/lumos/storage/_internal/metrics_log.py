@@ -1,0 +1,97 @@
+"""The report history under ``_lumos/metrics/``: immutable JSON chunks, replayed in order.
+
+The one owner of the chunk format: ``write_rows`` and ``write_merge`` add a chunk,
+``read_history`` lists and reads them and ``replay`` (pure) folds them into the history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from lumos.storage._internal import filesystem as fsu
+
+METRICS_DIR = "metrics"
+"""The history's directory under ``_lumos/``."""
+
+
+def _chunk_path(directory: str, index: int) -> str:
+    # "<start>-<write time ns>-<random>.json": read_history applies them in write order.
+    return fsu.join(directory, f"{index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json")
+
+
+def _write(fs: AbstractFileSystem, path: str, doc: dict[str, Any]) -> None:
+    fsu.atomic_write_bytes(fs, path, json.dumps(doc).encode())
+
+
+def write_rows(
+    fs: AbstractFileSystem, directory: str, rows: list[dict[str, Any]], start_index: int
+) -> None:
+    """Store ``rows`` (reports ``start_index``, ``start_index + 1``, ...) as a new chunk.
+
+    Raises:
+        ValueError: ``start_index`` is negative.
+    """
+    if start_index < 0:
+        raise ValueError(f"start_index must be >= 0, got {start_index}")
+    if not rows:
+        return
+    _write(fs, _chunk_path(directory, start_index), {"start_index": start_index, "rows": rows})
+
+
+def write_merge(
+    fs: AbstractFileSystem, directory: str, index: int, metrics: dict[str, Any]
+) -> None:
+    """Store a chunk that merges ``metrics`` into report ``index``'s row.
+
+    Raises:
+        ValueError: ``index`` is negative.
+    """
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+    _write(fs, _chunk_path(directory, index), {"merge_index": index, "metrics": metrics})
+
+
+def read_history(fs: AbstractFileSystem, directory: str) -> list[dict[str, Any]]:
+    """Every chunk under ``directory``, read in write order and replayed."""
+    fsu.invalidate(fs, directory)
+    try:
+        files = fsu.call("list", directory, fs.ls, directory, detail=False)
+    except FileNotFoundError:
+        return []
+    names = [str(f).rsplit("/", 1)[-1] for f in files if str(f).endswith(".json")]
+    chunks = sorted(
+        (n for n in names if not n.startswith(".") and n.count("-") >= 2),
+        key=lambda n: (int(n.split("-")[1]), int(n.split("-")[0])),
+    )
+    docs: list[Any] = []
+    for chunk in chunks:
+        data = fsu.read_bytes(fs, fsu.join(directory, chunk))
+        docs.append(None if data is None else json.loads(data))
+    return replay(docs)
+
+
+def replay(docs: Iterable[Any]) -> list[dict[str, Any]]:
+    """The history that chunks ``docs`` (in write order) describe.
+
+    A rows chunk replaces the history from its ``start_index`` on (a run resumed from
+    an earlier checkpoint reports again); a merge chunk updates one existing row.
+    Anything that is not a JSON object (a chunk gone since the listing) is skipped.
+    """
+    history: list[dict[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        if "merge_index" in doc:
+            at = int(doc["merge_index"])
+            if at < len(history):
+                history[at] = {**history[at], **doc["metrics"]}
+            continue
+        start = int(doc["start_index"])
+        history = history[:start] + list(doc["rows"])
+    return history
