@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,16 +302,51 @@ def test_unplaceable_group_times_out_and_releases() -> None:
 
 def test_waiting_for_resources_is_reported_to_on_waiting() -> None:
     # 2 x 3 CPUs never fit on the 4-CPU cluster: the caller hears why it waits, early.
+    # Another placement group holds 1 CPU: Ray's bookkeeping resources of a placed group
+    # (bundle_group_0_<id>=999.999, ...) are in the cluster's table but not in the line.
+    other = ray.util.placement_group([{"CPU": 1}])
+    ray.get(other.ready(), timeout=60)
     spec = WorkerGroupSpec(num_workers=2, resources_per_worker={"CPU": 3}, placement_timeout_s=12.0)
     messages: list[str] = []
-    with pytest.raises(WorkerGroupStartError, match=r"placement_timeout_s=12\.0"):
-        WorkerGroup.start(spec, on_waiting=messages.append)
+    try:
+        with pytest.raises(WorkerGroupStartError, match=r"placement_timeout_s=12\.0") as err:
+            WorkerGroup.start(spec, on_waiting=messages.append)
+    finally:
+        ray.util.remove_placement_group(other)
     assert len(messages) == 1  # first after ~3 s, the next would come 15 s later
     assert messages[0].startswith("waiting for resources: 0 of 2 worker(s) started")
     assert "2 worker(s) x {'CPU': 3}" in messages[0]
     assert "placement_strategy='PACK'" in messages[0]
-    assert "free in the cluster now: " in messages[0]
-    assert "CPU=" in messages[0]
+    assert "free in the cluster now: CPU=3, GPU=2, memory=" in messages[0]
+    for text in (messages[0], str(err.value)):
+        assert "_group_" not in text, text
+        assert "node:" not in text, text
+
+
+def _sitecustomize_dir() -> str:
+    import sys
+
+    return os.path.dirname(sys.modules["sitecustomize"].__file__ or "")
+
+
+def test_a_healthy_start_whose_processes_are_slow_does_not_wait_for_resources(
+    tmp_path: Path,
+) -> None:
+    # The group is placed at once; each worker process then takes ~5 s to start (a
+    # sitecustomize that sleeps, like a busy node): no "waiting for resources" line.
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(5)\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    spec = WorkerGroupSpec(
+        num_workers=2,
+        resources_per_worker={"CPU": 1},
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    messages: list[str] = []
+    t0 = time.monotonic()
+    with WorkerGroup.start(spec, on_waiting=messages.append) as group:
+        assert group.execute(_sitecustomize_dir) == [str(tmp_path)] * 2  # it slept
+    assert time.monotonic() - t0 > 5.0
+    assert messages == []
 
 
 def _refuse_to_load() -> None:

@@ -87,6 +87,14 @@ if TYPE_CHECKING:
     from lumos.runtime._internal.resize import (
         ResizeResult as ResizeResult,
     )
+    from lumos.runtime._internal.resize_policy import (
+        MoveDecision as MoveDecision,
+        ResizePolicy as ResizePolicy,
+    )
+    from lumos.runtime._internal.resources import (
+        format_resources as format_resources,
+        user_resources as user_resources,
+    )
     from lumos.runtime._internal.session import (
         WorkerInfo as WorkerInfo,
         WorkerSession as WorkerSession,
@@ -153,6 +161,10 @@ _LAZY: dict[str, str] = {
     "PreemptionInfo": "lumos.runtime._internal.preemption",
     "ensure_ray": "lumos.runtime._internal.ray_init",
     "ResizeResult": "lumos.runtime._internal.resize",
+    "format_resources": "lumos.runtime._internal.resources",
+    "user_resources": "lumos.runtime._internal.resources",
+    "MoveDecision": "lumos.runtime._internal.resize_policy",
+    "ResizePolicy": "lumos.runtime._internal.resize_policy",
     "WorkerInfo": "lumos.runtime._internal.session",
     "WorkerSession": "lumos.runtime._internal.session",
     "PlacementStrategy": _SPEC,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import ray
@@ -64,6 +65,14 @@ def remove_placement_group_quietly(pg: PlacementGroup) -> None:
         remove_placement_group(pg)
     except Exception:
         logger.debug("remove_placement_group failed", exc_info=True)
+
+
+def release_quietly(actors: Iterable[Any], pgs: Iterable[PlacementGroup] = ()) -> None:
+    """Kill ``actors`` and remove ``pgs``, quietly (a start that failed half-way)."""
+    for actor in actors:
+        kill_quietly(actor)
+    for pg in pgs:
+        remove_placement_group_quietly(pg)
 
 
 def remote_error_from_ray(exc: BaseException, rank: int) -> RemoteError:

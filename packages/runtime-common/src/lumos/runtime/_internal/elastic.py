@@ -2,36 +2,34 @@
 
 An elastic group (``WorkerGroupSpec(min_workers=...)``) gives each worker its own
 one-bundle placement group, so a lost node's workers leave without touching the
-others and new workers join without re-placing anyone. ``WorkerGroup`` holds the
-group; this module places workers and tracks preemption notices.
+others and new workers join without re-placing anyone. ``elastic_group.ElasticGroup``
+resizes the group; this module places its workers (``start_elastic``, ``place_more``,
+``roomiest_node`` for the standby) and tracks preemption notices (``PreemptionTracker``,
+used by fixed-size groups too).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group
 
+from lumos.runtime._internal import messages
 from lumos.runtime._internal.actor_factory import (
-    kill_quietly,
     new_worker_actor,
+    release_quietly,
     remove_placement_group_quietly,
 )
 from lumos.runtime._internal.events import WorkerPreemptedEvent
 from lumos.runtime._internal.pg_owner import creator_actor_id, placement_group_name
 from lumos.runtime._internal.placement import actor_options
-from lumos.runtime._internal.placement_wait import (
-    WAITING_EVERY_S,
-    WAITING_FIRST_S,
-    report_waiting,
-    setup_results,
-    timed_out,
-)
+from lumos.runtime._internal.placement_wait import setup_results, wait_until_started
+from lumos.runtime._internal.policies import FreeResources
 from lumos.runtime._internal.preemption import DRAIN_POLL_INTERVAL_S, PreemptionInfo, draining_nodes
+from lumos.runtime._internal.resize import read_free_resources
 from lumos.runtime._internal.session import WorkerInfo
 from lumos.runtime._internal.spec import WorkerGroupSpec
 
@@ -81,68 +79,38 @@ def start_elastic(
             pgs.append(pg)
             actors.append(new_worker_actor(opts, pg, 0, spec.runtime_env))
         refs = [a.setup.remote(env, None, True) for a in actors]
-        placed_refs = [pg.ready() for pg in pgs]
-        ready = _wait_for(refs, spec.min_workers, spec, on_waiting)
-        rest = [i for i in range(len(refs)) if i not in ready]
-        if rest:
-            # The others join when their placement group is placed within the wait (their
-            # process may still be starting: that is waited for, not the capacity).
-            wanted = [placed_refs[i] for i in rest]
-            placed, _ = ray.wait(wanted, num_returns=len(wanted), timeout=spec.elastic_start_wait_s)
-            joining = [i for i in rest if placed_refs[i] in placed]
-            if joining:
-                ray.wait(
-                    [refs[i] for i in joining],
-                    num_returns=len(joining),
-                    timeout=spec.placement_timeout_s,
-                )
-            ready |= set(joining)
+        placed = [pg.ready() for pg in pgs]
+        ready = wait_until_started(refs, spec.min_workers, spec, placed, on_waiting)
+        ready |= _join_placed(refs, placed, ready, spec)
         keep = sorted(ready)
         metas = setup_results([refs[i] for i in keep])
     except BaseException:
-        for a in actors:
-            kill_quietly(a)
-        for pg in pgs:
-            remove_placement_group_quietly(pg)
+        release_quietly(actors, pgs)
         raise
-    for i in range(len(refs)):
-        if i not in ready:
-            kill_quietly(actors[i])
-            remove_placement_group_quietly(pgs[i])
+    gone = [i for i in range(len(refs)) if i not in ready]
+    release_quietly([actors[i] for i in gone], [pgs[i] for i in gone])
     if len(keep) < spec.num_workers:
-        logger.info(
-            "elastic group: started %d of at most %d worker(s) (min_workers=%d); the others "
-            "did not fit",
-            len(keep),
-            spec.num_workers,
-            spec.min_workers,
-        )
+        logger.info("%s", messages.elastic_started(len(keep), spec.num_workers, spec.min_workers))
     return [pgs[i] for i in keep], [actors[i] for i in keep], metas
 
 
-def _wait_for(
-    refs: list[Any],
-    needed: int,
-    spec: WorkerGroupSpec,
-    on_waiting: Callable[[str], None] | None,
+def _join_placed(
+    refs: list[Any], placed: list[Any], ready: set[int], spec: WorkerGroupSpec
 ) -> set[int]:
-    """Indices of ``refs`` ready once ``needed`` are (bounded by ``placement_timeout_s``)."""
-    start = time.monotonic()
-    timeout = spec.placement_timeout_s
-    next_wait = WAITING_FIRST_S
-    while True:
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if len(done) >= needed:
-            return {refs.index(r) for r in done}
-        wait_s = next_wait
-        if timeout is not None:
-            wait_s = min(wait_s, timeout - (time.monotonic() - start))
-        if wait_s <= 0:
-            raise timed_out(spec)
-        done, _ = ray.wait(refs, num_returns=needed, timeout=wait_s)
-        if len(done) < needed and (timeout is None or time.monotonic() - start < timeout):
-            next_wait = WAITING_EVERY_S
-            report_waiting(spec, len(done), needed, on_waiting)
+    """The workers beyond ``ready`` whose placement group is placed within
+    ``elastic_start_wait_s`` (their process may still be starting: that is waited for,
+    up to ``placement_timeout_s``, not the capacity)."""
+    rest = [i for i in range(len(refs)) if i not in ready]
+    if not rest:
+        return set()
+    wanted = [placed[i] for i in rest]
+    done, _ = ray.wait(wanted, num_returns=len(wanted), timeout=spec.elastic_start_wait_s)
+    joining = [i for i in rest if placed[i] in done]
+    if joining:
+        ray.wait(
+            [refs[i] for i in joining], num_returns=len(joining), timeout=spec.placement_timeout_s
+        )
+    return set(joining)
 
 
 def place_more(
@@ -166,6 +134,17 @@ def place_more(
         else:
             placed.append((pg, node))
     return placed
+
+
+def roomiest_node(resources_per_worker: dict[str, float]) -> str | None:
+    """The node with room for the most more workers (``None``: none has room); where an
+    elastic group's standby waits, so that a grow lands there."""
+    best: tuple[int, str] | None = None
+    for node, res in read_free_resources().per_node.items():
+        fit = FreeResources({node: res}).workers_that_fit(resources_per_worker)
+        if fit > 0 and (best is None or fit > best[0]):
+            best = (fit, node)
+    return best[1] if best is not None else None
 
 
 def _node_of(pg: PlacementGroup) -> str | None:

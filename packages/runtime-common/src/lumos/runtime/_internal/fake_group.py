@@ -19,7 +19,7 @@ from lumos.runtime._internal.fake_workers import FakeWorkers
 from lumos.runtime._internal.policies import FreeResources, GroupState
 from lumos.runtime._internal.preemption import PreemptionBox, PreemptionInfo
 from lumos.runtime._internal.relay import CollectiveRelay
-from lumos.runtime._internal.resize import ResizeResult
+from lumos.runtime._internal.resize import ResizeResult, group_state
 from lumos.runtime._internal.session import WorkerInfo
 from lumos.runtime._internal.spec import WorkerGroupSpec
 
@@ -223,15 +223,7 @@ class FakeWorkerGroup(FakeWorkers):
 
     def scaling_state(self, lost_ranks: list[int] | None = None) -> GroupState:
         """As ``WorkerGroup.scaling_state``."""
-        info = self.preemption_info()
-        return GroupState(
-            num_workers=len(self.workers),
-            min_workers=self.spec.min_workers or self.spec.num_workers,
-            max_workers=self.spec.num_workers,
-            resources_per_worker=dict(self.spec.resources_per_worker),
-            preempted_ranks=tuple(info.preempted_ranks) if info is not None else (),
-            lost_ranks=tuple(sorted(set(lost_ranks or ()))),
-        )
+        return group_state(self.spec, len(self.workers), self.preemption_info(), lost_ranks)
 
     def preemption_info(self) -> PreemptionInfo | None:
         """The scripted notices (``preempt_workers``) of the current workers."""

@@ -16,6 +16,8 @@ from typing import Any
 
 import ray
 
+from lumos.runtime._internal import messages
+
 logger = logging.getLogger("lumos.runtime")
 
 PG_NAME_PREFIX = "lumos-wg-"
@@ -75,5 +77,5 @@ def remove_placement_groups_of(actor_ids: Iterable[str | None]) -> list[str]:
             continue
         removed.append(name)
     if removed:
-        logger.info("removed placement group(s) left by dead worker(s): %s", removed)
+        logger.info("%s", messages.removed_leftover_groups(removed))
     return removed

@@ -73,6 +73,16 @@ def actor_options(resources: dict[str, float]) -> dict[str, Any]:
     return opts
 
 
+def meta_of(info: WorkerInfo) -> dict[str, Any]:
+    """The setup metadata of a worker that keeps running."""
+    return {
+        "node_id": info.node_id,
+        "node_ip": info.node_ip,
+        "pid": info.pid,
+        "gpu_ids": info.gpu_ids,
+    }
+
+
 def infos_keep_ranks(metas: list[dict[str, Any]]) -> list[WorkerInfo]:
     """WorkerInfos for workers whose world rank is fixed (index of ``metas``).
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lumos.runtime._internal import messages
+
 logger = logging.getLogger("lumos.runtime")
 
 SIGTERM_DEADLINE_ENV = "LUMOS_SIGTERM_DEADLINE_S"
@@ -156,7 +158,7 @@ def install_sigterm_notice(on_notice: Callable[[int], bool]) -> bool:
             if on_notice(deadline_ms):
                 return
         except Exception:
-            logger.warning("recording a SIGTERM preemption notice failed", exc_info=True)
+            logger.warning(messages.SIGTERM_NOTICE_FAILED, exc_info=True)
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:

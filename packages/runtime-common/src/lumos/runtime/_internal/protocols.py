@@ -82,7 +82,8 @@ class GroupFactory(Protocol):
     """Starts a worker group: ``WorkerGroup.start`` or ``FakeCluster.start``.
 
     ``on_waiting`` gets a one-line "waiting for resources: ..." message while the
-    group cannot be placed yet.
+    group cannot be placed yet (and a "workers starting slowly: ..." one when it is
+    placed but its worker processes take long to start).
     """
 
     def __call__(

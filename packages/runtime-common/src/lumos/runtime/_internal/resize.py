@@ -1,12 +1,15 @@
-"""Elastic groups: the result of a resize and the cluster's free resources (read from Ray)."""
+"""Elastic groups: the result of a resize, the group and the cluster's free resources as a
+``ScalingPolicy`` sees them."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 
-from lumos.runtime._internal.policies import FreeResources
-from lumos.runtime._internal.preemption import draining_nodes
+from lumos.runtime._internal.policies import FreeResources, GroupState
+from lumos.runtime._internal.preemption import PreemptionInfo, draining_nodes
+from lumos.runtime._internal.resources import is_bookkeeping_resource
+from lumos.runtime._internal.spec import WorkerGroupSpec
 
 logger = logging.getLogger("lumos.runtime")
 
@@ -38,6 +41,23 @@ class ResizeResult:
         return bool(self.added or self.removed)
 
 
+def group_state(
+    spec: WorkerGroupSpec,
+    num_workers: int,
+    notice: PreemptionInfo | None,
+    lost_ranks: list[int] | None = None,
+) -> GroupState:
+    """A group of ``num_workers`` as a ``ScalingPolicy`` sees it (``scaling_state``)."""
+    return GroupState(
+        num_workers=num_workers,
+        min_workers=spec.min_workers or spec.num_workers,
+        max_workers=spec.num_workers,
+        resources_per_worker=dict(spec.resources_per_worker),
+        preempted_ranks=tuple(notice.preempted_ranks) if notice is not None else (),
+        lost_ranks=tuple(sorted(set(lost_ranks or ()))),
+    )
+
+
 def read_free_resources() -> FreeResources:
     """Free resources per alive node from Ray's GCS, draining nodes set apart.
 
@@ -55,9 +75,7 @@ def read_free_resources() -> FreeResources:
         return FreeResources()
     draining = draining_nodes()
     free = {
-        node: {
-            k: float(v) for k, v in res.items() if not k.startswith("node:") and "_group_" not in k
-        }
+        node: {k: float(v) for k, v in res.items() if not is_bookkeeping_resource(k)}
         for node, res in per_node.items()
         if node not in draining
     }

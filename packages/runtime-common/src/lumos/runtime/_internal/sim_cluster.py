@@ -7,13 +7,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from lumos.runtime._internal.ray_init import ensure_ray
+
 
 @contextmanager
 def simulated_cluster(
     worker_cpus: Sequence[float] = (1, 1), code_search_path: Sequence[str] = ()
 ) -> Iterator[Any]:
     """A head node with 0 CPUs (the driver's; no worker lands there) and one worker
-    node per entry of ``worker_cpus``; ``ray.init`` joins it, and both end on exit.
+    node per entry of ``worker_cpus``; ``ensure_ray`` joins it, and both end on exit.
 
     One process can join one Ray cluster only: run tests that use it in a pytest
     process of their own.
@@ -37,7 +39,7 @@ def simulated_cluster(
             cluster.add_node(num_cpus=cpus)
         cluster.wait_for_nodes()
         job = ray.job_config.JobConfig(code_search_path=list(code_search_path))
-        ray.init(address=cluster.address, job_config=job, log_to_driver=True)
+        ensure_ray(cluster.address, job)
         yield cluster
     finally:
         ray.shutdown()

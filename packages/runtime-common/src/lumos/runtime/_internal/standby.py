@@ -17,6 +17,7 @@ import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from lumos.runtime._internal import messages
 from lumos.runtime._internal.actor_factory import kill_quietly, new_worker_actor
 from lumos.runtime._internal.spec import WorkerGroupSpec
 
@@ -133,7 +134,7 @@ class Standby:
             return None
         wanted = self._spec.runtime_env if runtime_env is None else runtime_env
         if (spare.runtime_env or {}) != (wanted or {}):
-            logger.info("the standby worker has another runtime_env; starting a new worker")
+            logger.info(messages.STANDBY_OTHER_RUNTIME_ENV)
             kill_quietly(spare.actor)
             self._due = time.monotonic()
             return None
@@ -141,7 +142,7 @@ class Standby:
             meta: dict[str, Any] = ray.get(spare.ready, timeout=STANDBY_WAIT_S)
             ray.get(spare.actor.ping.remote(), timeout=STANDBY_WAIT_S)  # still alive
         except Exception as exc:
-            logger.info("the standby worker is not usable (%s); starting a new worker", exc)
+            logger.info("%s", messages.standby_unusable(exc))
         else:
             for index, node in enumerate(nodes):
                 if node == meta["node_id"]:
