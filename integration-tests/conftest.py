@@ -11,7 +11,7 @@ Both fixtures check after every test that no actor and no placement group is lef
 alive (the Ray state API, served by the dashboard).
 
 Ray, torch and the lumos packages are imported lazily: the lint session runs
-``test_import_rules.py`` here with pytest alone.
+``test_house_rules.py`` here with pytest alone.
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
-"""The dependency arrows of DESIGN.md, enforced on the import graph of the sources.
+"""The house rules, enforced on the sources (``nox -s lint`` runs this file).
+
+- No source file over 450 lines and no function over 60 lines (``MAX_FILE_LINES``,
+  ``MAX_FUNCTION_LINES``): a failure names the file, the function and the rule.
+- No import cycle between modules, ``TYPE_CHECKING`` imports and imports inside
+  functions included: a small types module breaks one.
+- The dependency arrows of DESIGN.md, below.
 
 storage <- runtime-common <- {train, tune}; train and tune never import each
 other; storage never imports Ray; no package imports another package's
 ``_internal`` modules (siblings use only the published names); and no module
-import cycles, even through imports inside functions. The check parses every
+import cycles, even through imports inside functions or ``TYPE_CHECKING``. The check parses every
 module under each package's ``src/`` (imports inside functions and
 ``TYPE_CHECKING`` blocks count for the arrows), so a forbidden import fails here
 however it is written.
@@ -16,6 +22,7 @@ objects from the same modules, and ``__all__`` is derived from the table.
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -115,29 +122,13 @@ def _module_names(packages_dir: Path) -> dict[str, Path]:
     return modules
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(path: Path, module: str, known: dict[str, Path]) -> set[str]:
-    """The lumos modules ``module`` imports when it runs (functions included, not
-    ``TYPE_CHECKING`` blocks): ``from a import b`` is ``a.b`` when that is a module."""
+def _lumos_imports(path: Path, module: str, known: dict[str, Path]) -> set[str]:
+    """The lumos modules ``module`` imports, inside functions and ``TYPE_CHECKING``
+    blocks too: ``from a import b`` is ``a.b`` when that is a module."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and _is_type_checking(node)
-        for stmt in node.body
-        for child in ast.walk(stmt)
-    }
     is_package = path.name == "__init__.py"
     targets: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -155,7 +146,7 @@ def _runtime_imports(path: Path, module: str, known: dict[str, Path]) -> set[str
 def import_cycles(packages_dir: Path) -> list[list[str]]:
     """Strongly connected groups of lumos modules that import each other (Tarjan)."""
     known = _module_names(packages_dir)
-    graph = {m: sorted(_runtime_imports(p, m, known)) for m, p in known.items()}
+    graph = {m: sorted(_lumos_imports(p, m, known)) for m, p in known.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -206,3 +197,103 @@ def test_cycle_check_catches_a_cycle_inside_a_function(tmp_path: Path) -> None:
         "lumos.storage._internal.cycle_a",
         "lumos.storage._internal.cycle_b",
     ] in import_cycles(copy)
+
+
+def test_cycle_check_catches_a_type_checking_cycle(tmp_path: Path) -> None:
+    copy = tmp_path / "packages"
+    shutil.copytree(ROOT / "packages", copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    pkg = copy / "tune" / "src" / "lumos" / "tune" / "_internal"
+    (pkg / "cycle_a.py").write_text("from lumos.tune._internal.cycle_b import B\n")
+    (pkg / "cycle_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from lumos.tune._internal.cycle_a import A\n"
+    )
+    assert ["lumos.tune._internal.cycle_a", "lumos.tune._internal.cycle_b"] in import_cycles(copy)
+
+
+# -- sizes -----------------------------------------------------------------------------
+
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def size_violations(packages_dir: Path) -> list[str]:
+    """Every source file over ``MAX_FILE_LINES`` and function over ``MAX_FUNCTION_LINES``
+    (decorators excluded, docstring and nested functions included)."""
+    problems: list[str] = []
+    for path in sorted(packages_dir.glob("*/src/**/*.py")):
+        rel = path.relative_to(packages_dir)
+        text = path.read_text()
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        if lines > MAX_FILE_LINES:
+            problems.append(f"{rel}: {lines} lines (rule: no source file over {MAX_FILE_LINES})")
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    problems.append(
+                        f"{rel}:{node.lineno} {node.name}: {length} lines"
+                        f" (rule: no function over {MAX_FUNCTION_LINES})"
+                    )
+    return problems
+
+
+def test_sizes() -> None:
+    problems = size_violations(ROOT / "packages")
+    assert not problems, "Split these (a new module, a smaller function):\n" + "\n".join(problems)
+
+
+def test_size_check_catches_a_long_file_and_function(tmp_path: Path) -> None:
+    copy = tmp_path / "packages"
+    shutil.copytree(ROOT / "packages", copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    pkg = copy / "storage" / "src" / "lumos" / "storage" / "_internal"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "long_fn.py").write_text(f"def too_long() -> None:\n{body}")
+    (pkg / "long_file.py").write_text("".join(f"X{i} = {i}\n" for i in range(MAX_FILE_LINES + 1)))
+    found = "\n".join(size_violations(copy))
+    assert "long_fn.py:1 too_long: 61 lines (rule: no function over 60)" in found
+    assert "long_file.py: 451 lines (rule: no source file over 450)" in found
+
+
+# -- ARCHITECTURE.md names every module ------------------------------------------------
+
+INDEX_HEADING = re.compile(r"^### (lumos-[a-z-]+) \(`packages/([a-z-]+)/src/lumos/(\w+)/`\)")
+INDEX_ENTRY = re.compile(r"^- `([\w/]+\.py)`")
+
+
+def architecture_index(text: str) -> dict[str, set[str]]:
+    """The module index of ARCHITECTURE.md: package folder -> module paths it lists."""
+    index: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in text.splitlines():
+        if heading := INDEX_HEADING.match(line):
+            current = index.setdefault(heading.group(2), set())
+        elif line.startswith("#"):
+            current = None
+        elif current is not None and (entry := INDEX_ENTRY.match(line)):
+            current.add(entry.group(1))
+    return index
+
+
+def source_modules(packages_dir: Path) -> dict[str, set[str]]:
+    """Every module a change could touch: package folder -> paths under ``src/lumos/<pkg>/``
+    (``__init__.py`` name tables and ``_version.py`` aside)."""
+    found: dict[str, set[str]] = {}
+    for folder in sorted(p for p in packages_dir.iterdir() if (p / "src" / "lumos").is_dir()):
+        (pkg_root,) = (folder / "src" / "lumos").iterdir()
+        found[folder.name] = {
+            str(path.relative_to(pkg_root))
+            for path in pkg_root.rglob("*.py")
+            if path.name not in {"__init__.py", "_version.py"}
+        }
+    return found
+
+
+def test_architecture_names_every_module() -> None:
+    index = architecture_index((ROOT / "ARCHITECTURE.md").read_text())
+    problems = []
+    for folder, modules in source_modules(ROOT / "packages").items():
+        listed = index.get(folder, set())
+        problems += [f"{folder}: {m} is not in ARCHITECTURE.md" for m in sorted(modules - listed)]
+        problems += [f"{folder}: {m} is listed but gone" for m in sorted(listed - modules)]
+    assert not problems, "Keep the module index of ARCHITECTURE.md true:\n" + "\n".join(problems)

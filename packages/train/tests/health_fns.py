@@ -129,3 +129,27 @@ def val_spike(report: train.HealthReport, history: Any) -> train.Rollback | None
     if report.source == "validation" and report.metrics.get("val_step") == 4:
         return train.Rollback("val_step 4 is bad", to_checkpoint="step=1")
     return None
+
+
+def same_run(config: dict[str, Any]) -> None:
+    """A run both backends must store alike (``test_same_run_on_both_backends.py``).
+
+    Steps ``0 .. steps-1``, a checkpoint ``step={s}`` at each (SYNC on even steps, ASYNC
+    on odd ones), a validation for the steps in ``validate``; ``loss`` is NaN at
+    ``nan_at`` unless the run already rolled back for it. At the end the function waits
+    for every validation (``get_all_reported_checkpoints(VALIDATED)``).
+    """
+    ckpt = train.get_checkpoint()
+    start = _step_of(ckpt) + 1 if ckpt is not None else 0
+    info = train.get_context().get_rollback_info()
+    for step in range(start, config["steps"]):
+        nan = step == config.get("nan_at") and (info is None or "NonFinite" not in info.check)
+        mode = train.CheckpointUploadMode.ASYNC if step % 2 else train.CheckpointUploadMode.SYNC
+        train.report(
+            {"step": step, "loss": math.nan if nan else 1.0 / (step + 1)},
+            checkpoint=_save(step),
+            checkpoint_dir_name=f"step={step}",
+            checkpoint_upload_mode=mode,
+            validation=step in config.get("validate", ()),
+        )
+    train.get_all_reported_checkpoints(train.CheckpointConsistencyMode.VALIDATED)

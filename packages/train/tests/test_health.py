@@ -12,6 +12,7 @@ from typing import Any
 
 import health_fns
 import pytest
+from conftest import run_config
 from fake_runs import make, states
 
 from lumos import train
@@ -163,10 +164,19 @@ def test_runner_cancels_rolled_back_validations() -> None:
 
 
 def _trainer(
-    tmp_path: Path, cluster: FakeCluster, config: dict[str, Any], **run_kwargs: Any
+    tmp_path: Path, cluster: FakeCluster | None, config: dict[str, Any], **run_kwargs: Any
 ) -> train.DataParallelTrainer:
+    """Two ranks on ``cluster`` (the Ray controller), or local mode when it is ``None``."""
     validation = run_kwargs.pop("validation_config", None)
-    trainer = make(health_fns.loop, config, tmp_path, cluster, **run_kwargs)
+    if cluster is None:
+        trainer = train.DataParallelTrainer(
+            health_fns.loop,
+            train_loop_config=config,
+            scaling_config=train.ScalingConfig(num_workers=0),
+            run_config=run_config(tmp_path, **run_kwargs),
+        )
+    else:
+        trainer = make(health_fns.loop, config, tmp_path, cluster, **run_kwargs)
     trainer.validation_config = validation
     return trainer
 
@@ -270,11 +280,14 @@ def test_validation_without_a_validation_config_is_a_clear_error(tmp_path: Path)
     assert "validation_config=train.ValidationConfig(fn)" in str(info.value.worker_errors)
 
 
-def test_a_check_on_validation_results_rolls_back_to_its_named_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["controller", "local"])
+def test_a_check_on_validation_results_rolls_back_to_its_named_checkpoint(
+    tmp_path: Path, backend: str
+) -> None:
     log = str(tmp_path / "log.jsonl")
     trainer = _trainer(
         tmp_path,
-        FakeCluster(),
+        FakeCluster() if backend == "controller" else None,
         {"steps": 6, "validate": True, "log": log, "step_s": 0.05},
         health_checks=[health_fns.val_spike],
         validation_config=train.ValidationConfig(health_fns.validate),
@@ -286,18 +299,8 @@ def test_a_check_on_validation_results_rolls_back_to_its_named_checkpoint(tmp_pa
     assert starts[1]["start"] == 2
     assert starts[1]["info"]["to_checkpoint"] == "step=1"
     assert starts[1]["info"]["check"] == "val_spike"
-
-
-def test_local_mode_refuses_what_it_does_not_run(tmp_path: Path) -> None:
-    trainer = train.DataParallelTrainer(
-        health_fns.loop,
-        train_loop_config={"steps": 1},
-        scaling_config=train.ScalingConfig(num_workers=0),
-        run_config=train.RunConfig(
-            storage_path=str(tmp_path), health_checks=[train.NonFiniteMetric("loss")]
-        ),
-        validation_config=train.ValidationConfig(health_fns.validate),
-    )
-    with pytest.raises(train.TrainConfigError) as info:
-        trainer.fit()
-    assert "validation_config, RunConfig(health_checks)" in str(info.value)
+    state = RunStorage(tmp_path, "run").load_state()
+    assert state is not None
+    assert state.status == "errored"
+    assert [a.status for a in state.attempts] == ["rolled_back", "errored"]
+    assert "max_rollbacks=1" in (state.attempts[-1].error or "")

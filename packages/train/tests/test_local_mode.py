@@ -165,7 +165,7 @@ def test_report_errors_surface_in_the_training_function(tmp_path: Path) -> None:
     assert _state(tmp_path, "dup").status == "errored"
 
 
-def _torchrun(tmp_path: Path, marker: Path) -> subprocess.CompletedProcess[str]:
+def _torchrun(tmp_path: Path, *args: str, script: str = "local_example.py") -> Any:
     env = {
         **os.environ,
         "GLOO_SOCKET_IFNAME": "lo",
@@ -174,8 +174,7 @@ def _torchrun(tmp_path: Path, marker: Path) -> subprocess.CompletedProcess[str]:
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node=2", str(HERE / "local_example.py")]
-    command += [str(tmp_path), "tr", str(marker)]
+    command += ["--nproc-per-node=2", str(HERE / script), str(tmp_path), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -186,13 +185,13 @@ def test_torchrun_two_ranks_commit_on_rank0_and_rerun_resumes(tmp_path: Path) ->
     the same command again resumes from the latest committed checkpoint.
     """
     marker = tmp_path / "crashed"
-    first = _torchrun(tmp_path, marker)
+    first = _torchrun(tmp_path, "tr", str(marker))
     assert first.returncode != 0, first.stderr[-5000:]
     assert marker.exists(), first.stderr[-5000:]
     state = _state(tmp_path, "tr")
     assert [c.dir_name for c in state.checkpoints] == ["epoch=0", "epoch=1"]
 
-    second = _torchrun(tmp_path, marker)
+    second = _torchrun(tmp_path, "tr", str(marker))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
     assert "resuming run 'tr'" in second.stderr
     assert "checkpoint 'epoch=1'" in second.stderr
@@ -215,3 +214,24 @@ def test_torchrun_two_ranks_commit_on_rank0_and_rerun_resumes(tmp_path: Path) ->
     assert [c.dir_name for c in state.checkpoints] == ["epoch=2", "epoch=3"]
     assert len(state.attempts) == 2
     assert state.attempts[-1].status == "finished"
+
+
+def test_torchrun_ranks_validate_and_roll_back_together(tmp_path: Path) -> None:
+    """Under torchrun, rank 0's run core validates and checks; every rank follows it."""
+    run = _torchrun(tmp_path, "th", script="torchrun_health.py")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert "fired on report #4" in run.stderr
+    results = [json.loads((tmp_path / f"health-rank{r}.json").read_text()) for r in (0, 1)]
+    assert results[0] == results[1]
+    assert results[0]["metrics"]["step"] == 5
+    state = _state(tmp_path, "th")
+    assert [a.status for a in state.attempts] == ["rolled_back", "finished"]
+    assert state.rollbacks[0].to_checkpoint == "step=3"
+    assert [c.validation_status for c in state.checkpoints] == ["validated"] * 6
+    assert sorted(os.listdir(tmp_path / "th" / "step=5")) == [
+        "shard_0.txt",
+        "shard_1.txt",
+        "state.json",
+    ]
+    starts = [r["start"] for r in map(json.loads, open(tmp_path / "log.jsonl")) if "start" in r]
+    assert starts == [0, 4]

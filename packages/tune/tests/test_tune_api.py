@@ -19,8 +19,8 @@ from lumos.runtime.testing import FakeWorkerPool
 from lumos.storage import RunStorage
 from lumos.tune._internal.result import Result, ResultGrid
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.stopper import (
     CombinedStopper,
     MaximumIterationStopper,

@@ -15,9 +15,9 @@ from lumos.tune._internal.experiment import open_experiment
 from lumos.tune._internal.journal import FsJournal
 from lumos.tune._internal.result import Result
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, TrialJournal
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.testing import ScriptedExecutor, Step, die, fail, hang, report
 
 
@@ -271,6 +271,60 @@ def test_trials_waiting_for_resources_are_announced_once(tmp_path: Any) -> None:
     trials = ctl.run()
     assert progress.waiting == [["trial_00001"]]
     assert all(t.status is TrialStatus.TERMINATED for t in trials)
+
+
+def test_a_trial_is_announced_only_when_it_still_waits_at_the_next_check() -> None:
+    from lumos.tune._internal.live_trial import LiveTrial
+    from lumos.tune._internal.waiting import WaitingWatch
+
+    class Waiting:
+        ids: list[str] = []
+
+        def waiting_for_resources(self) -> list[str]:
+            return list(self.ids)
+
+    executor, progress = Waiting(), RecordingProgress()
+    watch = WaitingWatch(executor, progress, {"CPU": 1.0})  # type: ignore[arg-type]
+    running = {f"0000{i}": LiveTrial(i, {}, {}, f"/e/trial_0000{i}") for i in range(3)}
+    executor.ids = ["00000", "00001"]  # Ray is placing them, or they wait: not known yet
+    watch.check(running)
+    assert progress.waiting == []
+    assert [t.waiting_for_resources for t in running.values()] == [True, True, False]
+    executor.ids = ["00001", "00002"]  # trial 0 was placed in time: never announced
+    watch.check(running)
+    assert progress.waiting == [["trial_00001"]]
+    executor.ids = ["00001", "00002"]
+    watch.check(running)
+    watch.check(running)
+    assert progress.waiting == [["trial_00001"], ["trial_00002"]]  # each one once
+
+
+def test_the_waiting_message_names_only_the_resources_a_user_asks_for() -> None:
+    import io
+
+    from lumos.tune._internal.live_trial import LiveTrial
+    from lumos.tune._internal.messages import waiting_for_resources
+    from lumos.tune._internal.progress import ConsoleReporter
+
+    resources = {
+        "CPU": 2.0,
+        "GPU": 1.0,
+        "memory": 1e9,
+        "accelerator": 1.0,
+        "CPU_group_" + "d9a8" * 9: 2.0,
+        "bundle_group_0_" + "d9a8" * 9: 0.001,
+        "GPU_group_0_" + "d9a8" * 9: 1.0,
+        "node:10.0.0.1": 1.0,
+    }
+    line = waiting_for_resources(["trial_00001"], resources)
+    assert "_group_" not in line
+    assert "node:" not in line
+    assert "{'CPU': 2.0, 'GPU': 1.0, 'memory': 1000000000.0, 'accelerator': 1.0}" in line
+    buf = io.StringIO()
+    reporter = ConsoleReporter(["loss"], file=buf, force_terminal=False)
+    reporter.waiting_for_resources([LiveTrial(1, {}, {}, "/e/trial_00001")], resources)
+    assert "trial_00001: waiting for resources" in buf.getvalue()
+    assert "_group_" not in buf.getvalue()
 
 
 def test_multi_objective_tells_every_value(tmp_path: Any) -> None:

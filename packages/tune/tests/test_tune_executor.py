@@ -10,7 +10,8 @@ from lumos import tune
 from lumos.runtime.testing import FakeWorkerPool
 from lumos.storage import RunStorage
 from lumos.tune._internal.executor import Cancelled, Failed, Finished, PoolExecutor, Reported
-from lumos.tune._internal.session import SweepInfo, TrialRunner, TrialSpec
+from lumos.tune._internal.session import TrialRunner
+from lumos.tune._internal.trial_spec import SweepInfo, TrialSpec
 
 
 def spec(n: int) -> TrialSpec:

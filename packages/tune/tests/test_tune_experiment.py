@@ -24,9 +24,9 @@ from lumos.tune._internal.experiment import (
 )
 from lumos.tune._internal.journal import FsJournal, StudyJournalBackend
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, ReportRecord, StartRecord
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.testing import ScriptedExecutor, Step, report
 
 

@@ -15,9 +15,9 @@ from lumos.storage import RunStorage
 from lumos.tune._internal.experiment import open_experiment
 from lumos.tune._internal.pbt import Member, PopulationBasedTraining
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import ExploitRecord, TrialStatus
 from lumos.tune._internal.trial_journal import decode, encode
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.testing import ScriptedExecutor, Step, report
 
 
@@ -292,7 +292,8 @@ class _Session:
 
 
 def test_a_look_report_waits_and_a_stop_verdict_ends_the_trial_at_once(tmp_path: Any) -> None:
-    from lumos.tune._internal.session import GO, STOP, SweepInfo, TrialSession
+    from lumos.tune._internal.session import GO, STOP, TrialSession
+    from lumos.tune._internal.trial_spec import SweepInfo
 
     sweep = SweepInfo(RunStorage(str(tmp_path), "exp"), pbt_look=("training_iteration", 2.0, 0.0))
     spec = TrialSpec("00000", "trial_00000", {"lr": 0.1})

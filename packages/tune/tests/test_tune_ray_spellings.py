@@ -10,8 +10,8 @@ import pytest
 from tune_helpers import make_controller
 
 from lumos import tune
-from lumos.tune._internal.session import TrialSpec
 from lumos.tune._internal.trial import TrialStatus
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.schedulers import (
     ASHAScheduler,
     AsyncHyperBandScheduler,

@@ -14,8 +14,8 @@ from tune_helpers import make_controller
 from lumos import tune
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.journal import FsJournal
-from lumos.tune._internal.session import TrialSpec
-from lumos.tune._internal.trial import LiveTrial, TrialStatus
+from lumos.tune._internal.live_trial import LiveTrial
+from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import (
     EndRecord,
     ErrorRecord,
@@ -23,6 +23,7 @@ from lumos.tune._internal.trial_journal import (
     StartRecord,
     TrialJournal,
 )
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune.testing import Step, fail, report
 
 

@@ -162,7 +162,8 @@ def test_a_finished_sweep_shares_params_and_keeps_no_default_names(tmp_path: Any
 
 
 def test_compacting_a_trial_changes_nothing_its_snapshot_shows() -> None:
-    from lumos.tune._internal.trial import LiveTrial, TrialStatus
+    from lumos.tune._internal.live_trial import LiveTrial
+    from lumos.tune._internal.trial import TrialStatus
 
     rows = [{"loss": 2.0, "training_iteration": 1}, {"loss": 1.0, "training_iteration": 2}]
     trial = LiveTrial(number=7, config={"x": 0.5}, params={"x": 0.5}, path="/exp/trial_00007")
@@ -197,7 +198,8 @@ def test_compacting_a_trial_changes_nothing_its_snapshot_shows() -> None:
 
 def test_a_finished_trial_keeps_only_the_rare_fields_that_differ_from_their_default() -> None:
     from lumos.tune._internal.errors import TrialErrorRecord
-    from lumos.tune._internal.trial import LiveTrial, TrialStatus
+    from lumos.tune._internal.live_trial import LiveTrial
+    from lumos.tune._internal.trial import TrialStatus
 
     plain = LiveTrial(number=3, config={"x": 1.0}, params={"x": 1.0}, path="/e/trial_00003")
     plain.seen_metrics = frozenset({"loss"})
@@ -217,18 +219,10 @@ def test_a_finished_trial_keeps_only_the_rare_fields_that_differ_from_their_defa
     error = TrialErrorRecord(
         trial_name="mine", attempt=1, exc_type="ValueError", error_message="boom"
     )
-    odd = LiveTrial(
-        number=4,
-        config={"x": 2.0},
-        params={"x": 2.0},
-        path="/elsewhere/mine",
-        dir_name="mine",
-        checkpoint_dir="checkpoint_000001",
-        checkpoint_iteration=1,
-        attempt=2,
-        errors=[error],
-        stop_reason="stop",
-    )
+    odd = LiveTrial(number=4, config={"x": 2.0}, params={"x": 2.0}, path="/elsewhere/mine")
+    odd.dir_name = "mine"
+    odd.checkpoint_dir, odd.checkpoint_iteration = "checkpoint_000001", 1
+    odd.attempt, odd.errors, odd.stop_reason = 2, [error], "stop"
     odd.status = TrialStatus.ERROR
     odd.compact(None, None)
     assert odd._more == {
@@ -272,7 +266,7 @@ def test_summary_rows_share_a_class_per_set_of_names_up_to_a_cap(monkeypatch: An
     import copy
     import pickle
 
-    from lumos.tune._internal.trial import SummaryRow
+    from lumos.tune._internal.trial_memory import SummaryRow
 
     first = SummaryRow.of({"loss": 0.5, "training_iteration": 3})
     second = SummaryRow.of({"loss": 0.25, "training_iteration": 4})
@@ -300,7 +294,7 @@ def test_summary_rows_share_a_class_per_set_of_names_up_to_a_cap(monkeypatch: An
 
 
 def test_params_of_other_types_are_not_shared() -> None:
-    from lumos.tune._internal.trial import LiveTrial
+    from lumos.tune._internal.live_trial import LiveTrial
 
     trial = LiveTrial(number=0, config={"n": 3}, params={"n": 3}, path="/exp/trial_00000")
     trial.compact(None, {"n": 3.0})

@@ -14,8 +14,9 @@ import pytest
 from lumos import tune
 from lumos.runtime import context as job_context
 from lumos.runtime.testing import FakeWorkerPool
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.progress import ConsoleReporter
-from lumos.tune._internal.trial import LiveTrial, Trial, TrialStatus
+from lumos.tune._internal.trial import Trial, TrialStatus
 
 
 def fake_pool(resources: dict[str, float]) -> FakeWorkerPool:

@@ -9,8 +9,8 @@ from lumos.storage import RunStorage
 from lumos.tune import TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
 from lumos.tune._internal.experiment import open_experiment
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
-from lumos.tune._internal.trial import LiveTrial
 from lumos.tune.testing import ScriptedExecutor, Step
 
 

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
         ReportedCheckpointStatus as ReportedCheckpointStatus,
     )
     from lumos.train._internal.result import Result as Result
-    from lumos.train._internal.session import TrainContext as TrainContext
+    from lumos.train._internal.train_context import TrainContext as TrainContext
     from lumos.train._internal.trainer import DataParallelTrainer as DataParallelTrainer
     from lumos.train._internal.validation import (
         ValidationConfig as ValidationConfig,
@@ -93,7 +93,7 @@ _LAZY: dict[str, str] = {
     "ReportedCheckpoint": "lumos.train._internal.report_config",
     "ReportedCheckpointStatus": "lumos.train._internal.report_config",
     "Result": "lumos.train._internal.result",
-    "TrainContext": "lumos.train._internal.session",
+    "TrainContext": "lumos.train._internal.train_context",
     "DataParallelTrainer": "lumos.train._internal.trainer",
     "HealthReport": "lumos.train._internal.health",
     "MetricSpike": "lumos.train._internal.health",

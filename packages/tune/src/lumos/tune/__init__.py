@@ -79,7 +79,6 @@ if TYPE_CHECKING:
         uniform as uniform,
     )
     from lumos.tune._internal.session import (
-        TrialContext as TrialContext,
         get_checkpoint as get_checkpoint,
         get_context as get_context,
         report as report,
@@ -90,6 +89,7 @@ if TYPE_CHECKING:
     )
     from lumos.tune._internal.trainable import Trainable as Trainable
     from lumos.tune._internal.trial import Trial as Trial, TrialStatus as TrialStatus
+    from lumos.tune._internal.trial_spec import TrialContext as TrialContext
     from lumos.tune._internal.tuner import Tuner as Tuner
     from lumos.tune._internal.wrappers import (
         with_parameters as with_parameters,
@@ -131,7 +131,7 @@ _LAZY: dict[str, str] = {
     "randn": "lumos.tune._internal.sample",
     "sample_from": "lumos.tune._internal.sample",
     "uniform": "lumos.tune._internal.sample",
-    "TrialContext": "lumos.tune._internal.session",
+    "TrialContext": "lumos.tune._internal.trial_spec",
     "get_checkpoint": "lumos.tune._internal.session",
     "get_context": "lumos.tune._internal.session",
     "report": "lumos.tune._internal.session",

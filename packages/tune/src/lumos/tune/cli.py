@@ -33,6 +33,7 @@ from lumos.storage.cli import (
     fmt_best,
     iso_time,
 )
+from lumos.tune._internal import messages
 
 if TYPE_CHECKING:
     from lumos.tune._internal.sweep_view import SweepView
@@ -132,27 +133,24 @@ class SweepPlugin(CliPlugin):
 
     def render(self, detail: dict[str, Any], console: Console) -> None:
         """The live table of a running sweep (``progress.ConsoleReporter``), then the errors."""
+        from lumos.tune._internal.live_trial import LiveTrial
         from lumos.tune._internal.progress import ConsoleReporter
-        from lumos.tune._internal.trial import LiveTrial, TrialStatus
+        from lumos.tune._internal.trial import TrialStatus
 
-        trials = [
-            LiveTrial(
-                number=t["number"],
-                config=t["config"],
-                params=t["config"],
-                path=t["path"],
-                trial_name=t["name"],
-                status=TrialStatus(t["status"]),
-                last_result=t["last_result"],
-                iteration=t["iteration"],
-            )
-            for t in detail["trials"]
-        ]
+        trials = []
+        for t in detail["trials"]:
+            trial = LiveTrial(t["number"], t["config"], t["config"], t["path"])
+            trial.trial_name = t["name"]
+            trial.status = TrialStatus(t["status"])
+            trial.last_result = t["last_result"]
+            trial.iteration = t["iteration"]
+            trials.append(trial)
         reporter = ConsoleReporter(detail["metric"], verbose=0, file=io.StringIO())
         reporter.set_mode(detail["mode"][0] if detail["mode"] else None)
         table = reporter.table(trials)
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(detail["counts"].items()))
-        title = f"{detail['name']} ({detail['status']}): {detail['num_trials']} trials: {counts}"
+        title = messages.sweep_title(
+            detail["name"], detail["status"], detail["num_trials"], detail["counts"]
+        )
         best = detail["best_trial"]
         if best is not None and detail["metric"]:
             metric = detail["metric"][0]
@@ -161,17 +159,18 @@ class SweepPlugin(CliPlugin):
         table.title = title
         console.print(table)
         console.print(
-            f"{detail['num_pruned']} pruned, {detail['num_errors']} errored, "
-            f"{detail['waiting']} enqueued not started  ({detail['path']})",
+            messages.sweep_summary(
+                detail["num_pruned"], detail["num_errors"], detail["waiting"], detail["path"]
+            ),
             markup=False,
         )
         for t in detail["trials"]:
             if t["error"] is not None:
                 err = t["error"]
-                console.print(
-                    f"{t['name']} ERROR (attempt {err['attempt']}): {err['type']}: {err['message']}",
-                    markup=False,
+                line = messages.trial_error_line(
+                    t["name"], err["attempt"], err["type"], err["message"]
                 )
+                console.print(line, markup=False)
 
     def dashboard(self, run: StoredRun, options: DashboardOptions) -> int:
         """Copy the study into one local journal file and serve it with optuna-dashboard.
@@ -210,8 +209,7 @@ class SweepPlugin(CliPlugin):
                 f"(the study is ready at {local}: `{shlex.join(command)}`)"
             ) from exc
         console.print(
-            f"optuna-dashboard for {run.storage.uri} on http://{options.host}:{options.port}/ "
-            f"(study copied to {local}; Ctrl-C stops it)",
+            messages.dashboard_serving(run.storage.uri, options.host, options.port, local),
             markup=False,
         )
         try:

@@ -22,7 +22,8 @@ from typing import Any
 from lumos.storage import CheckpointRecord, RunState, RunStorage
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.executor import Failed, Finished, Reported, TrialEvent
-from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
+from lumos.tune._internal.session import ITERATION_KEY
+from lumos.tune._internal.trial_spec import TrialSpec
 
 __all__ = ["ScriptedExecutor", "Step", "die", "fail", "hang", "report"]
 

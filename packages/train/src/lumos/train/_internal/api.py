@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lumos.train._internal.errors import TrainTypeError
 from lumos.train._internal.report_config import (
     CheckpointConsistencyMode,
     CheckpointUploadMode,
     ReportedCheckpoint,
 )
-from lumos.train._internal.session import TrainContext, current_session
-from lumos.train._internal.validation import ValidationTaskConfig, report_validation_arg
+from lumos.train._internal.reporting import UploadArgs
+from lumos.train._internal.session import current_session
+from lumos.train._internal.train_context import TrainContext
+from lumos.train._internal.validation import ValidationTaskConfig
 
 if TYPE_CHECKING:
     from lumos.runtime import PreemptionInfo
@@ -30,49 +31,43 @@ def report(
 ) -> None:
     """Report metrics, and optionally a checkpoint, from every worker.
 
-    Call it the same number of times on every rank. Without a checkpoint it
-    returns at once (the metrics are queued for the driver). A checkpoint is
-    registered when at least one rank passes one (ranks that save nothing pass
-    ``checkpoint=None``, with or without the same ``checkpoint_dir_name``); the
-    ranks' files merge into the run's ``checkpoint_dir_name`` directory (sharded
-    checkpoints). It is committed once every rank reported it and every upload
-    of it finished; commits happen in report order.
-
-    SYNC (default) uploads this rank's files, then waits for the commit; ASYNC
-    snapshots the directory and uploads it in the background (write it with
-    ``tempfile.mkdtemp()``); NO_UPLOAD registers files already at
-    ``<run>/<checkpoint_dir_name>``. See the package README.
+    Call it the same number of times on every rank. Without a checkpoint it returns at
+    once (the metrics are queued for the driver). A checkpoint is registered when at least
+    one rank passes one (ranks that save nothing pass ``checkpoint=None``, with or without
+    the same ``checkpoint_dir_name``); the ranks' files merge into the run's
+    ``checkpoint_dir_name`` directory (sharded checkpoints). It is committed once every rank
+    reported it and every upload of it finished; commits happen in report order.
 
     Args:
-        metrics: JSON-serializable values (numbers, strings, lists, dicts; numpy
-            scalars are fine, torch tensors are not: use ``.item()``); rank 0's are
-            the run's metrics.
+        metrics: JSON-serializable values (numbers, strings, lists, dicts; numpy scalars are
+            fine, torch tensors are not: use ``.item()``); rank 0's are the run's metrics.
         checkpoint: a directory to save, e.g. ``Checkpoint.from_directory(d)``.
-        checkpoint_dir_name: the checkpoint's directory name in the run: the same on
-            every rank that passes a checkpoint, unique in the run. Default
-            ``checkpoint_<index>`` (index of the report).
-        checkpoint_upload_mode: ``train.CheckpointUploadMode`` SYNC, ASYNC or NO_UPLOAD.
-        delete_local_checkpoint_after_upload: delete the local directory once
-            uploaded; default True for ASYNC, False otherwise.
-        checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` uploads in
-            place of lumos (SYNC or ASYNC); the returned checkpoint must be the run's
+        checkpoint_dir_name: the checkpoint's directory name in the run: the same on every
+            rank that passes a checkpoint, unique in the run. Default ``checkpoint_<index>``
+            (index of the report).
+        checkpoint_upload_mode: a ``train.CheckpointUploadMode``. SYNC (default) uploads this
+            rank's files, then waits for the commit; ASYNC snapshots the directory and
+            uploads it in the background (write it with ``tempfile.mkdtemp()``); NO_UPLOAD
+            registers files already at ``<run>/<checkpoint_dir_name>``. See the package README.
+        delete_local_checkpoint_after_upload: delete the local directory once uploaded;
+            default True for ASYNC, False otherwise.
+        checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` uploads in place of
+            lumos (SYNC or ASYNC); the returned checkpoint must be the run's
             ``<run>/<dir_name>`` directory. Your function owns the local files.
-        validation: ``True`` runs the trainer's ``ValidationConfig`` function on this
-            report's checkpoint once it is committed, as its own Ray task, while
-            training goes on; a ``train.ValidationTaskConfig`` also overrides its
-            ``fn_kwargs`` / ``timeout_s`` for this report. Ignored when no rank passes
-            a checkpoint.
+        validation: ``True`` runs the trainer's ``ValidationConfig`` function on this report's
+            checkpoint once it is committed, as its own Ray task, while training goes on; a
+            ``train.ValidationTaskConfig`` also overrides its ``fn_kwargs`` / ``timeout_s``
+            for this report. Ignored when no rank passes a checkpoint.
 
     Raises:
-        NotInTrainingFunctionError: called outside a training function (a
-            ``RuntimeError``).
-        CheckpointReportError: ``checkpoint_dir_name`` is already used in this run,
-            or a NO_UPLOAD / ``checkpoint_upload_fn`` checkpoint is not in the run's
-            storage (a ``ValueError``).
+        NotInTrainingFunctionError: called outside a training function (a ``RuntimeError``).
+        CheckpointReportError: ``checkpoint_dir_name`` is already used in this run, or a
+            NO_UPLOAD / ``checkpoint_upload_fn`` checkpoint is not in the run's storage (a
+            ``ValueError``).
         TrainConfigError: ``validation`` is asked for but the trainer has no
             ``validation_config`` (a ``ValueError``).
-        TrainTypeError: ``metrics`` is not a dict, holds a torch tensor or a value
-            JSON cannot store (the message names the key); a ``TypeError``.
+        TrainTypeError: ``metrics`` is not a dict, holds a torch tensor or a value JSON
+            cannot store (the message names the key); a ``TypeError``.
 
     Example:
         >>> ckpt = train.Checkpoint.from_directory(d) if rank == 0 else None  # doctest: +SKIP
@@ -80,15 +75,10 @@ def report(
         ...     checkpoint_dir_name=f"epoch={epoch}")
     """
     session = current_session("report")
-    if not isinstance(metrics, dict):
-        raise TrainTypeError(f"train.report(metrics) needs a dict, got {type(metrics).__name__}")
-    mode, delete, upload_fn = (
-        checkpoint_upload_mode,
-        delete_local_checkpoint_after_upload,
-        checkpoint_upload_fn,
+    upload = UploadArgs(
+        checkpoint_upload_mode, delete_local_checkpoint_after_upload, checkpoint_upload_fn
     )
-    request = report_validation_arg(validation)
-    session.report(metrics, checkpoint, checkpoint_dir_name, mode, delete, upload_fn, request)
+    session.report(metrics, checkpoint, checkpoint_dir_name, upload, validation)
 
 
 def get_all_reported_checkpoints(

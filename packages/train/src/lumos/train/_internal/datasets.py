@@ -25,7 +25,7 @@ from lumos.train._internal.session import WorkerHooks
 if TYPE_CHECKING:
     from lumos.runtime import WorkerGroupProtocol
     from lumos.train._internal.data_config import DataConfig
-    from lumos.train._internal.session import TrainContext
+    from lumos.train._internal.train_context import TrainContext
 
 EXTRA = 'pip install "lumos-train[data]"'
 

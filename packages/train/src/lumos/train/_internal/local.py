@@ -4,57 +4,61 @@ No Ray: the function runs in the thread that called ``fit()`` (a debugger steps
 straight into it) as one rank with the worker-side ``TrainSession`` of every run, so
 ``train.report`` / ``get_checkpoint`` / ``get_context`` /
 ``get_all_reported_checkpoints`` behave as on a Ray worker. The driver side is the
-controller's own pieces, called synchronously from the session's messages:
-``ReportAggregator`` decides commits, ``RunBook`` writes them through
-``RunStorage.commit_checkpoint`` (run state, retention, job-level restore) and
-``MetricsBuffer`` writes the metrics history. A rerun with the same
-``RunConfig(storage_path, name)`` resumes from the latest committed checkpoint.
+same ``RunCore`` (``controller/core.py``) the Ray controller drives, called
+synchronously from the session's messages: it commits (run state, retention,
+loader positions), writes the metrics history, runs validations (in a thread of this
+process: ``ValidationConfig.ray_remote_kwargs`` do not apply) and the health checks.
+A check that fires stops the function at its next ``train.report()`` (``StopRequested``,
+as on a Ray worker) and runs it again from the rollback's checkpoint, with
+``train.get_context().get_rollback_info()`` set. A rerun with the same
+``RunConfig(storage_path, name)`` resumes from the latest committed checkpoint; local
+mode does not retry a failed function itself (``torchrun --max-restarts`` does).
 
-Under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
-``MASTER_PORT`` set) every process is one rank of the run. The default process group
-is the one torchrun's environment describes (joined here unless the script already
-did). The ranks exchange their report messages over a separate gloo group, one
-``all_gather_object`` per ``train.report()``; every rank runs the same pure
-``ReportAggregator`` on the same messages, so all agree on each commit, rank 0 alone
-holds the run's lease and writes the run state, and a broadcast tells every rank that
-the commit is durable. Each rank writes its own checkpoint files into the run's
-``<checkpoint_dir_name>`` (sharded checkpoints), as on Ray. Ray Train's local mode,
-by contrast, keeps only the last checkpoint object in memory and writes nothing.
+Under ``torchrun`` every process is one rank of the run (``local_exchange.py``). At
+every ``train.report()`` the ranks gather their messages; rank 0 alone holds the
+run's lease and the ``RunCore``, and broadcasts what came of the round (the notices
+for every rank's session, the uploads still in flight, an error or a rollback), so
+every rank acts on the same outcome. Each rank writes its own checkpoint files into
+the run's ``<checkpoint_dir_name>`` (sharded checkpoints), as on Ray. Ray Train's
+local mode, by contrast, keeps only the last checkpoint object in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lumos.runtime import StopRequested, WorkerInfo, WorkerSession
 from lumos.train._internal.controller import messages
-from lumos.train._internal.controller.metrics_buffer import MetricsBuffer
-from lumos.train._internal.controller.reports import Commit, ReportAggregator
-from lumos.train._internal.controller.run_book import RunBook
-from lumos.train._internal.data_positions import write_positions
-from lumos.train._internal.errors import CheckpointReportError, TrainingFailedError
+from lumos.train._internal.controller.core import RunCore
+from lumos.train._internal.controller.seam import RollbackRequest, RunBroken, Verdict
+from lumos.train._internal.datasets import DataHooks
+from lumos.train._internal.errors import CheckpointReportError, TrainError
+from lumos.train._internal.local_exchange import (
+    Exchange,
+    env,
+    open_exchange,
+    portable,
+    share,
+    worker_info,
+)
 from lumos.train._internal.result import Result, result_from_state
-from lumos.train._internal.session import WorkerRunArgs, run_in_session, trial_of
-from lumos.train._internal.wire import RankReport, UploadDone, commit_message, decode
+from lumos.train._internal.session import run_in_session
+from lumos.train._internal.wire import RankReport, UploadDone, decode
 
 if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
-    from lumos.runtime.context import JobContext
-    from lumos.storage import Checkpoint, RetentionPolicy, RunState, RunStorage
-    from lumos.train._internal.callback import Callback
+    from lumos.storage import RunState, RunStorage
     from lumos.train._internal.console import Console
-    from lumos.train._internal.controller.spec import ControllerSettings
+    from lumos.train._internal.controller.health_monitor import Fired
+    from lumos.train._internal.controller.spec import RunSpec
+    from lumos.train._internal.train_context import WorkerRunArgs
 
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-"""The variables ``torchrun`` sets that local mode needs to join its process group."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,150 +66,24 @@ class LocalSpec:
     """What one local-mode ``fit()`` runs (built by ``DataParallelTrainer.fit``).
 
     Attributes:
-        train_fn: The user's function.
-        config: The ``train_loop_config``.
-        pass_config: Whether ``train_fn`` takes the config argument.
-        storage: The run's storage.
-        worker_storage: ``(storage_path, filesystem or None)`` as configured.
+        run: What every backend shares.
         open_state: Loads (and cleans up) or creates the run's state; rank 0 calls it
             while it holds the run's lease.
         process_group_backend: The backend of the default process group joined under
             torchrun (``"gloo"`` or ``"nccl"``).
         use_gpu: Give the rank its local GPU (``torch.cuda.set_device(local_rank)``).
-        retention: Which committed checkpoints to keep (``None``: all).
-        callbacks: Driver-side callbacks (run on rank 0).
-        job_context: The enclosing job (a Tune trial), or ``None``.
-        console: Where rank 0's state lines go.
-        settings: The metrics-buffer knobs of ``ControllerSettings``.
-        resume_from_checkpoint: The trainer's starting checkpoint (fine-tuning).
+        dataset_shards: The trainer's datasets split for a world size (one
+            ``{name: shard}`` per rank), or ``None`` without ``datasets=``.
     """
 
-    train_fn: Callable[..., Any]
-    config: dict[str, Any] | None
-    pass_config: bool
-    storage: RunStorage
-    worker_storage: tuple[str, AbstractFileSystem | None]
+    run: RunSpec
     open_state: Callable[[RunStorage, Console], RunState]
     process_group_backend: str
     use_gpu: bool
-    settings: ControllerSettings
-    console: Console
-    retention: RetentionPolicy | None = None
-    callbacks: tuple[Callback, ...] = ()
-    job_context: JobContext | None = None
-    resume_from_checkpoint: Checkpoint | None = None
+    dataset_shards: Callable[[int], list[dict[str, Any]]] | None = None
 
 
-def has_torchrun_env() -> bool:
-    """True when this process was started by ``torchrun`` (its rendezvous env is set)."""
-    return all(k in os.environ for k in TORCHRUN_ENV)
-
-
-# -- how the ranks of a local run share their messages ------------------------------------
-class _Exchange(Protocol):
-    rank: int
-    world_size: int
-
-    def gather(self, item: Any) -> list[Any]:
-        """Every rank's ``item``, in rank order, on every rank (a collective)."""
-        ...
-
-    def broadcast(self, item: Any) -> Any:
-        """Rank 0's ``item`` on every rank (a collective)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class _Alone:
-    """The exchange of a single-process run: nothing to exchange."""
-
-    rank = 0
-    world_size = 1
-
-    def gather(self, item: Any) -> list[Any]:
-        return [item]
-
-    def broadcast(self, item: Any) -> Any:
-        return item
-
-    def close(self) -> None:
-        pass
-
-
-class _TorchrunExchange:
-    """The ranks torchrun started, exchanging small objects over their own gloo group.
-
-    Joins the default process group from torchrun's environment unless the script
-    already did (then it leaves it to the script), and creates a separate gloo group
-    for lumos's messages so that they never interleave with the script's collectives.
-    """
-
-    def __init__(self, backend: str, use_gpu: bool) -> None:
-        import torch
-        import torch.distributed as dist
-
-        self._owns_default = not dist.is_initialized()
-        local_rank = int(os.environ["LOCAL_RANK"])
-        if use_gpu and torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-        if self._owns_default:
-            dist.init_process_group(backend=backend)
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        self._group: Any = dist.new_group(backend="gloo")
-
-    def gather(self, item: Any) -> list[Any]:
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, item, group=self._group)
-        return out
-
-    def broadcast(self, item: Any) -> Any:
-        import torch.distributed as dist
-
-        box = [item]
-        dist.broadcast_object_list(box, src=0, group=self._group)
-        return box[0]
-
-    def close(self) -> None:
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            return
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group(self._group)
-        if self._owns_default:
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
-
-
-def _worker_info(exchange: _Exchange, use_gpu: bool) -> WorkerInfo:
-    rank, world = exchange.rank, exchange.world_size
-    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if world > 1 else 0
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world))) if world > 1 else 1
-    node_rank = int(os.environ.get("GROUP_RANK", str(rank // max(local_world, 1))))
-    gpu_ids: list[int] = []
-    if use_gpu:
-        import torch
-
-        if torch.cuda.is_available():
-            gpu_ids = [local_rank]
-    return WorkerInfo(
-        world_rank=rank,
-        world_size=world,
-        local_rank=local_rank,
-        local_world_size=local_world,
-        node_rank=node_rank if world > 1 else 0,
-        node_id=socket.gethostname(),
-        node_ip=os.environ.get("MASTER_ADDR", "127.0.0.1") if rank == 0 else "127.0.0.1",
-        pid=os.getpid(),
-        gpu_ids=gpu_ids,
-    )
-
-
-# -- the driver side, in the training thread -------------------------------------------
+# -- one round: what each rank brings, and what rank 0 makes of it --------------------
 @dataclass
 class _Round:
     """What one rank brings to one exchange."""
@@ -215,14 +93,25 @@ class _Round:
     ended: bool = False  # its training function returned
 
 
+@dataclass
+class _Outcome:
+    """What rank 0's ``RunCore`` made of a round (the same on every rank)."""
+
+    notices: list[tuple[Any, ...]] = field(default_factory=list)  # for every rank's session
+    in_flight: list[int] = field(default_factory=list)  # complete, uploads still running
+    error: BaseException | None = None  # every rank raises it
+    rollback: bool = False  # a health check fired: every rank's function stops
+    outstanding: int = 0  # validations the run still waits for
+
+
 class _LocalSession(WorkerSession):
     """The runtime session of a local rank: a blocking ``receive()`` drives the driver.
 
-    A rank waits for a commit notice in ``receive()`` (a SYNC report, or
-    ``get_all_reported_checkpoints``). Alone, the notice may wait for a background
-    (ASYNC) upload: the driver commits it here, in the training thread, as soon as
-    the upload thread says it finished. Under torchrun no rank can commit alone, so
-    a wait that no exchange will answer is an error that says so.
+    A rank waits for a commit or validation notice in ``receive()`` (a SYNC report,
+    ``get_all_reported_checkpoints``). Alone, the driver commits finished background
+    (ASYNC) uploads and polls validations here, in the training thread, until the
+    notice is there. Under torchrun no rank can do that alone, so a wait that no
+    exchange will answer is an error that says so.
     """
 
     def __init__(self, info: WorkerInfo, driver: LocalDriver) -> None:
@@ -243,45 +132,38 @@ class _LocalSession(WorkerSession):
 
 
 class LocalDriver:
-    """The driver side of a local rank: the session's outbox (``put``) and the commits.
+    """The driver side of a local rank for one attempt: the session's outbox and rounds.
 
     Args:
         exchange: How the ranks share their messages.
-        book: The run's ``RunBook`` (rank 0 only; ``None`` on the other ranks).
-        committed_names: The run's committed checkpoint names when the attempt starts.
-        spec: The run's spec (callbacks, job context, metrics settings).
+        core: The run core (rank 0; ``None`` on the other ranks).
+        outbox: Where the core's notices collect until the round's end.
+        poll_s: How long one wait for validations lasts.
     """
 
     def __init__(
         self,
-        exchange: _Exchange,
-        book: RunBook | None,
-        committed_names: list[str],
-        spec: LocalSpec,
+        exchange: Exchange,
+        core: RunCore | None,
+        outbox: list[tuple[Any, ...]],
+        poll_s: float,
     ) -> None:
         self._exchange = exchange
-        self._book = book
-        self._spec = spec
-        self._reports = ReportAggregator(exchange.world_size, committed_names)
+        self._core = core
+        self._outbox = outbox
+        self._poll_s = poll_s
         self._cond = threading.Condition(threading.Lock())
         self._uploads: list[tuple[Any, ...]] = []  # this rank's upload outcomes, not exchanged
         self._my_pending: set[int] = set()  # this rank's ASYNC uploads still running
         self.session: _LocalSession | None = None
+        self.fired: Fired | None = None  # rank 0: the check that fired
+        self.rolling_back = False  # every rank: a check fired, the function stops
         self.last_metrics: dict[str, Any] = {}
-        self.metrics = (
-            MetricsBuffer(
-                spec.storage.append_metrics,
-                max_rows=spec.settings.metrics_flush_rows,
-                interval_s=spec.settings.metrics_flush_interval_s,
-            )
-            if book is not None
-            else None
-        )
 
     # -- Outbox: every message of the session arrives here --------------------------------
     def put(self, item: tuple[str, int, Any]) -> None:
         """Take one message of the session (its ``emit``); runs the driver's side of it."""
-        _kind, _seq, payload = item
+        payload = item[2]
         decoded = decode(payload)
         if decoded is None:  # pragma: no cover - local mode sends only wire messages
             raise RuntimeError(f"lumos.train local mode: unexpected message {payload!r}")
@@ -292,153 +174,138 @@ class LocalDriver:
                 self._my_pending.discard(message.index)
                 self._cond.notify_all()
             return
-        self._check_parent_stop()
         if message.upload_pending:
             with self._cond:
                 self._my_pending.add(message.index)
-        self._settle(self._round(_Round(payload)))
+        self._settle(*self._round(_Round(payload)))
 
     def wait_for_notice(self, take: Callable[[], Any], timeout_s: float | None) -> Any:
-        """``take()`` a commit notice; alone, commit finished uploads until one is there."""
-        import time
-
+        """``take()`` a notice; alone, commit finished uploads and poll validations until
+        one is there."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(TimeoutError):
                 return take()
             if self._exchange.world_size > 1:
-                raise CheckpointReportError(
-                    "under torchrun, a checkpoint uploaded with checkpoint_upload_mode=ASYNC "
-                    "is committed at the ranks' next train.report() (or when the function "
-                    "returns); call get_all_reported_checkpoints() after that report, or "
-                    "use checkpoint_upload_mode=SYNC"
-                )
+                raise CheckpointReportError(messages.TORCHRUN_WAIT_TEXT)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"no checkpoint notice within {timeout_s} s")
+            wait = self._poll_s if remaining is None else min(remaining, self._poll_s)
+            validating = self._core is not None and self._core.outstanding() > 0
             with self._cond:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no checkpoint commit within {timeout_s} s")
-                if not self._uploads:
-                    self._cond.wait(remaining)
-            self._round(_Round(None))
+                if not self._uploads and not validating:
+                    self._cond.wait(wait)
+            self._round(_Round(None), idle_s=0.0 if self._uploads else wait)
 
     def finish(self) -> None:
-        """The training function returned: the last round (commits the last uploads)."""
-        self._round(_Round(None, ended=True))
+        """The function returned: the last rounds (last uploads, validations still running)."""
+        outcome, _ = self._round(_Round(None, ended=True))
+        said = False
+        while outcome.outstanding and not self.rolling_back:
+            if self._core is not None and not said:
+                said = True
+                self._core.console.info(messages.waiting_validations_line(outcome.outstanding))
+            outcome, _ = self._round(_Round(None, ended=True), idle_s=self._poll_s)
 
     # -- rounds ------------------------------------------------------------------------
-    def _settle(self, sync_indices: list[int]) -> None:
+    def _settle(self, outcome: _Outcome, sync: list[int]) -> None:
         """Exchange until the commits a SYNC report waits for are out.
 
-        ``sync_indices`` come from the round every rank saw, so all ranks agree on how
-        many more rounds they take: each waits for its own earlier ASYNC uploads (a
-        commit waits for those before it), then brings their outcome to the next round.
+        ``sync`` comes from the round every rank saw and ``in_flight`` from rank 0, so
+        all ranks agree on how many more rounds they take: each waits for its own
+        earlier ASYNC uploads (a commit waits for those before it), then brings their
+        outcome to the next round.
         """
-        while blocking := [i for i in sync_indices if i in self._reports.in_flight()]:
+        while blocking := [i for i in sync if i in outcome.in_flight]:
             with self._cond:
                 self._cond.wait_for(partial(self._uploaded_up_to, max(blocking)))
-            self._round(_Round(None))
+            outcome, _ = self._round(_Round(None))
 
     def _uploaded_up_to(self, index: int) -> bool:
         return not any(i <= index for i in self._my_pending)
 
-    def _round(self, mine: _Round) -> list[int]:
-        """One exchange; returns the report indices whose SYNC ranks wait for a commit."""
+    def _round(self, mine: _Round, idle_s: float = 0.0) -> tuple[_Outcome, list[int]]:
+        """One exchange; returns its outcome and the reports whose SYNC ranks wait."""
         with self._cond:
             mine.uploads, self._uploads = self._uploads, []
         rounds: list[_Round] = self._exchange.gather(mine)
+        reports = [(rank, _report(r.report)) for rank, r in enumerate(rounds) if r.report]
+        sync = [
+            rep.index for _, rep in reports if rep.checkpoint_dir_name and not rep.upload_pending
+        ]
+        if reports and reports[0][0] == 0:
+            self.last_metrics = reports[0][1].metrics
+        outcome = self._process(rounds, idle_s) if self._core is not None else _Outcome()
+        if self._exchange.world_size > 1:
+            shared = self._exchange.broadcast(
+                _Outcome(outcome.notices, outcome.in_flight, portable(outcome.error),
+                         outcome.rollback, outcome.outstanding)
+            )  # fmt: skip
+            outcome = outcome if self._core is not None else shared
+        assert self.session is not None
+        for notice in outcome.notices:
+            self.session.deliver(notice)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.rollback:  # the function stops at its next report, as on a Ray worker
+            self.rolling_back = True
+            self.session.request_stop()
+        return outcome, sync
+
+    def _process(self, rounds: list[_Round], idle_s: float) -> _Outcome:
+        """Rank 0: feed the round to the run core; what came of it."""
+        core = self._core
+        assert core is not None
         ended = [r for r, x in enumerate(rounds) if x.ended]
         if ended and len(ended) < len(rounds):
             still = [r for r, x in enumerate(rounds) if not x.ended]
-            raise CheckpointReportError(
-                f"rank(s) {ended} returned while rank(s) {still} still call train.report(); "
-                "every rank must call train.report() the same number of times"
-            )
-        commits: list[Commit] = []
+            return _Outcome(error=CheckpointReportError(messages.uneven_ranks_text(ended, still)))
+        verdict: Verdict | None = None
         failed: dict[int, BaseException] = {}
-        sync: list[int] = []
         for rank, r in enumerate(rounds):
-            if r.report is not None:
-                _, report = decode(r.report) or (0, None)
-                assert isinstance(report, RankReport)
-                if rank == 0:
-                    self._on_rank0_metrics(report)
-                if report.checkpoint_dir_name is not None and not report.upload_pending:
-                    sync.append(report.index)
-                commits += self._reports.add(rank, report)
+            if r.report is not None and verdict is None:
+                verdict = core.on_report(rank, _report(r.report))
             for upload in r.uploads:
                 _, done = decode(upload) or (0, None)
                 assert isinstance(done, UploadDone)
                 if done.error is not None:
                     failed[rank] = done.error
-                else:
-                    commits += self._reports.uploaded(rank, done.index)
-        if failed:
-            raise TrainingFailedError(
-                f"Training run {self._spec.storage.name!r} failed: the checkpoint upload of "
-                f"rank(s) {sorted(failed)} failed",
-                failed,
-            )
-        if commits:
-            self._commit(commits)
-        if self.metrics is not None:
-            self.metrics.maybe_flush()
-        return sync
+                elif verdict is None:
+                    verdict = core.on_uploaded(rank, done.index)
+            if r.ended:
+                verdict = verdict or core.on_rank_ended(rank, returned=True)
+        if verdict is None and not failed:
+            verdict = core.idle(idle_s)  # validations
+        core.tick()
+        error = _error_of(core, verdict, failed)
+        rollback = error is None and isinstance(verdict, RollbackRequest)
+        if isinstance(verdict, RollbackRequest):
+            self.fired = verdict.fired
+        notices, self._outbox[:] = list(self._outbox), []
+        in_flight = core.attempt.reports.in_flight()
+        return _Outcome(notices, in_flight, error, rollback, core.outstanding())
 
-    def _on_rank0_metrics(self, report: RankReport) -> None:
-        self.last_metrics = report.metrics
-        if self.metrics is None:
-            return
-        self.metrics.add(report.index, report.metrics)
-        if report.checkpoint_dir_name is None:
-            self._deliver(report.metrics, None)
 
-    def _commit(self, commits: list[Commit]) -> None:
-        """Rank 0 writes the commits; every rank learns they are durable (a broadcast)."""
-        outcome: BaseException | None = None
-        delivered: list[tuple[Commit, Checkpoint]] = []
-        dropped: list[str] = []
-        if self._book is not None:
-            assert self.metrics is not None
-            self.metrics.flush()
-            try:
-                for c in commits:
-                    if c.data_positions:  # written before the state names the checkpoint
-                        write_positions(
-                            self._spec.storage,
-                            c.dir_name,
-                            c.data_positions,
-                            self._exchange.world_size,
-                        )
-                    checkpoint, gone = self._book.commit(c.index, c.dir_name, c.metrics)
-                    delivered.append((c, checkpoint))
-                    dropped += gone
-            except Exception as exc:
-                outcome = exc
-        if self._exchange.world_size > 1:
-            outcome = self._exchange.broadcast(
-                None if outcome is None else RuntimeError(f"rank 0 could not commit: {outcome}")
-            )
-        if outcome is not None:
-            raise outcome
-        assert self.session is not None
-        for c in commits:
-            self.session.deliver(commit_message(c.index, c.dir_name))
-        if self._book is not None:
-            self._book.delete_dropped(dropped)
-        for c, checkpoint in delivered:
-            if 0 in c.ranks:
-                self._deliver(c.metrics, checkpoint)
+def _report(message: tuple[Any, ...] | None) -> RankReport:
+    _, report = decode(message) or (0, None)
+    assert isinstance(report, RankReport)
+    return report
 
-    def _deliver(self, metrics: dict[str, Any], checkpoint: Checkpoint | None) -> None:
-        for cb in self._spec.callbacks:
-            cb.on_report(metrics, checkpoint)
-        if self._spec.job_context is not None:  # a Tune trial records the checkpoint too
-            self._spec.job_context.forward(metrics, checkpoint.uri if checkpoint else None)
 
-    def _check_parent_stop(self) -> None:
-        ctx = self._spec.job_context
-        if ctx is not None and ctx.stop_event.is_set():
-            raise ctx.stop_error()
+def _error_of(
+    core: RunCore, verdict: Verdict | None, failed: dict[int, BaseException]
+) -> BaseException | None:
+    """What every rank raises after a round (``None``: training goes on)."""
+    if failed:
+        return core.failed_error(messages.upload_failed_text(sorted(failed)), failed)
+    stop = core.parent_stop()
+    if stop is not None:
+        return stop
+    if isinstance(verdict, RunBroken):  # a misuse reaches the function as it is
+        error = verdict.error
+        return error if isinstance(error, TrainError) else core.broken_error(verdict)
+    return None
 
 
 # -- the run -----------------------------------------------------------------------------
@@ -453,146 +320,118 @@ def run_local(spec: LocalSpec) -> Result:
         process; rerun ``fit()``, or use ``torchrun --max-restarts``, to resume from
         the latest committed checkpoint).
     """
-    exchange: _Exchange = (
-        _TorchrunExchange(spec.process_group_backend, spec.use_gpu)
-        if has_torchrun_env()
-        else _Alone()
-    )
+    run = spec.run
+    exchange = open_exchange(spec.process_group_backend, spec.use_gpu)
     try:
         with contextlib.ExitStack() as lease:
-            opened: tuple[RunState | None, BaseException | None] = (None, None)
-            if exchange.rank == 0:
-                try:
-                    lease.enter_context(spec.storage.leased())
-                    opened = (spec.open_state(spec.storage, spec.console), None)
-                except Exception as exc:
-                    opened = (None, exc)
-            if exchange.world_size > 1:
-                shared = exchange.broadcast(
-                    opened if opened[1] is None else (None, RuntimeError(str(opened[1])))
-                )
-                opened = opened if exchange.rank == 0 else shared
-            state, error = opened
-            if error is not None:
-                raise error
-            assert state is not None
+
+            def open_state() -> RunState:
+                lease.enter_context(run.storage.leased())
+                return spec.open_state(run.storage, run.console)
+
+            state = share(exchange, exchange.rank == 0, open_state)
             if state.status == "finished":
                 if exchange.rank == 0:
-                    spec.console.info(
-                        messages.already_finished_line(spec.storage.name, spec.storage.uri)
+                    run.console.info(
+                        messages.already_finished_line(run.storage.name, run.storage.uri)
                     )
-                return result_from_state(spec.storage, state, metrics=None)
-            return _run_attempt(spec, exchange, state)
+                return result_from_state(run.storage, state, metrics=None)
+            return _LocalRun(spec, exchange, state).run()
     finally:
         exchange.close()
 
 
-def _run_attempt(spec: LocalSpec, exchange: _Exchange, state: RunState) -> Result:
-    rank0 = exchange.rank == 0
-    book = RunBook(spec.storage, state, spec.retention) if rank0 else None
-    resume = state.latest()
-    attempt = len(state.attempts)
-    base = resume.report_index + 1 if resume else 0
-    driver = LocalDriver(exchange, book, list(state.checkpoint_names()), spec)
-    if book is not None:
-        assert driver.metrics is not None
-        book.set_status("running")
-        book.begin_attempt(attempt)
-        driver.metrics.rewind(base)
-        spec.console.info(_local_line(exchange))
-    path, fs = spec.worker_storage
-    args = WorkerRunArgs(
-        run_name=spec.storage.name,
-        storage_path=path,
-        filesystem=fs,
-        attempt=attempt,
-        report_index_base=base,
-        checkpoint_dir_name=resume.dir_name if resume else None,
-        pass_config=spec.pass_config,
-        committed_names=tuple(state.checkpoint_names()),
-        starting_checkpoint=None if resume else spec.resume_from_checkpoint,
-        trial=trial_of(spec.job_context),
-    )
-    session = _LocalSession(_worker_info(exchange, spec.use_gpu), driver)
-    driver.session = session
-    try:
-        for cb in spec.callbacks if rank0 else ():
-            cb.on_start(spec.storage.name, spec.storage.uri, spec.config)
-        with _env("LUMOS_TRAIN_RUN_NAME", spec.storage.name):
-            run_in_session(session, spec.train_fn, spec.config, args)
-        driver.finish()
-    except BaseException as exc:
-        if book is not None:
-            _record_failure(spec, book, driver, exc, alone=exchange.world_size == 1)
-        raise
-    final: RunState | None = None
-    result: Result | None = None
-    if book is not None:
-        assert driver.metrics is not None
-        driver.metrics.flush()
-        book.end_attempt("finished", None)
-        book.set_status("finished")
-        result = book.result(dict(driver.last_metrics))
-        spec.console.info(
-            messages.finished_line(
-                spec.storage.name, driver.metrics.next_index, book.latest(), spec.storage.uri
-            )
-        )
-        final = book.state
-    if exchange.world_size > 1:
-        final = exchange.broadcast(final)
-    if result is None:
-        assert final is not None
-        result = result_from_state(spec.storage, final, metrics=dict(driver.last_metrics))
-    for cb in spec.callbacks if rank0 else ():
-        cb.on_finish(result, None)
-    return result
+class _LocalRun:
+    """The attempts of one local run: start, launch, roll back, finish or fail."""
 
+    def __init__(self, spec: LocalSpec, exchange: Exchange, state: RunState) -> None:
+        self._spec = spec
+        self._exchange = exchange
+        self._outbox: list[tuple[Any, ...]] = []
+        self._core = RunCore(spec.run, state, self._outbox.append) if exchange.rank == 0 else None
+        self._next = len(state.attempts)
+        self._resume = state.latest()
+        self._rolled_back_at: float | None = None
+        self._result: Result | None = None  # rank 0's, once finished
 
-def _record_failure(
-    spec: LocalSpec, book: RunBook, driver: LocalDriver, error: BaseException, alone: bool
-) -> None:
-    """Rank 0: record how the attempt ended; the run resumes at the next ``fit()``."""
-    aborted = isinstance(error, KeyboardInterrupt | StopRequested) or (
-        spec.job_context is not None and spec.job_context.stop_event.is_set()
-    )
-    status: Literal["aborted", "errored"] = "aborted" if aborted else "errored"
-
-    def safe(fn: Callable[[], Any]) -> None:
+    def run(self) -> Result:
+        core = self._core
         try:
-            fn()
-        except Exception as exc:  # cleanup must not hide the run's own error
-            spec.console.warning(messages.cleanup_failed_line(exc))
+            self._on_rank0(self._start)
+            driver = self._attempt()
+            while driver.rolling_back:
+                self._exchange.gather(None)  # every rank's function ended: nothing writes
+                self._on_rank0(partial(self._roll_back, driver))
+                driver = self._attempt()
+            final = self._on_rank0(self._finish)
+        except BaseException as exc:
+            if core is not None:
+                stopped = core.stopped_from_outside(exc)
+                alone = self._exchange.world_size == 1  # nobody writes any more
+                core.close_failed(exc, aborted=stopped, clean=alone)
+            raise
+        if core is None or self._result is None:
+            return result_from_state(self._spec.run.storage, final, dict(driver.last_metrics))
+        return core.close(self._result)
 
-    if driver.metrics is not None:
-        safe(driver.metrics.flush)
-    safe(lambda: book.end_attempt(status, f"{type(error).__name__}: {error}"))
-    safe(lambda: book.set_status(status))
-    if alone:  # nobody writes any more (under torchrun another rank may still upload)
-        safe(book.delete_uncommitted)
-    if isinstance(error, KeyboardInterrupt):
-        spec.console.info(messages.interrupted_line(spec.storage.name))
-    for cb in spec.callbacks:
-        safe(lambda cb=cb: cb.on_finish(None, error))  # type: ignore[misc]
+    def _on_rank0(self, fn: Callable[[], T]) -> T:
+        return share(self._exchange, self._core is not None, fn)
 
+    def _rank0(self) -> RunCore:
+        assert self._core is not None, "rank 0's work"
+        return self._core
 
-def _local_line(exchange: _Exchange) -> str:
-    if exchange.world_size == 1:
-        return "local mode (num_workers=0): running the training function in this process"
-    return (
-        f"local mode under torchrun: {exchange.world_size} ranks, one per process; "
-        "rank 0 commits the checkpoints"
-    )
+    def _start(self) -> None:
+        core = self._rank0()
+        self._resume = core.start()
+        core.console.info(messages.local_line(self._exchange.world_size))
 
+    def _begin(self) -> WorkerRunArgs:
+        core = self._rank0()
+        args = core.begin_attempt(self._next, self._exchange.world_size, self._resume)
+        if self._rolled_back_at is not None:
+            seconds = time.monotonic() - self._rolled_back_at
+            self._rolled_back_at = None
+            core.console.info(messages.rolled_back_line(self._resume, seconds))
+        return args
 
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Any:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+    def _attempt(self) -> LocalDriver:
+        """One launch of the training function, to its end or a rollback."""
+        spec, exchange = self._spec, self._exchange
+        args = self._on_rank0(self._begin)
+        self._next += 1
+        driver = LocalDriver(exchange, self._core, self._outbox, spec.run.settings.poll_interval_s)
+        session = _LocalSession(worker_info(exchange, spec.use_gpu), driver)
+        driver.session = session
+        shards = spec.dataset_shards
+        hooks = DataHooks(None, shards(exchange.world_size)) if shards is not None else None
+        try:
+            with env("LUMOS_TRAIN_RUN_NAME", spec.run.storage.name):
+                run_in_session(session, spec.run.train_fn, spec.run.config, args, hooks)
+            if not driver.rolling_back:  # (a function may have caught StopRequested)
+                driver.finish()
+        except StopRequested:
+            if not driver.rolling_back:
+                raise
+        return driver
+
+    def _roll_back(self, driver: LocalDriver) -> None:
+        """Rank 0: carry out the rollback a health check asked for (or fail the run)."""
+        core = self._rank0()
+        assert driver.fired is not None
+        plan = core.health.plan(driver.fired)
+        if plan.error is not None:
+            text = str(plan.error)
+            core.console.info(messages.gave_up_line(text))
+            core.end_attempt("errored", text)
+            raise core.failed_error(text, {-1: plan.error})
+        core.end_attempt("rolled_back", plan.why)
+        self._resume = core.roll_back(plan)
+        core.delete_uncommitted()  # uploads of the abandoned reports
+        self._rolled_back_at = plan.since
+
+    def _finish(self) -> RunState:
+        """Rank 0: the run is finished; its final state (every rank's result reads it)."""
+        core = self._rank0()
+        self._result = core.finish()
+        return core.book.state

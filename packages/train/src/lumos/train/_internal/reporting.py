@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lumos.runtime import CurrentSlot, StopRequested
 from lumos.train._internal import wire
@@ -37,11 +37,13 @@ from lumos.train._internal.uploader import (
     snapshot_directory,
     user_fn_upload,
 )
+from lumos.train._internal.validation import report_validation_arg
 
 if TYPE_CHECKING:
     from lumos.runtime.worker import WorkerSession
     from lumos.storage import Checkpoint, RunStorage
-    from lumos.train._internal.session import TrainContext, WorkerRunArgs
+    from lumos.train._internal.train_context import TrainContext, WorkerRunArgs
+    from lumos.train._internal.validation import ValidationTaskConfig
 
 _STATUS = {
     None: ReportedCheckpointStatus.COMMITTED,
@@ -60,6 +62,20 @@ _DRAIN_EVERY = 1024
 reports: the notices matter for names and ``get_checkpoint()``, which read them first."""
 
 UploadFn = Callable[["Checkpoint", str], "Checkpoint"]
+
+
+class UploadArgs(NamedTuple):
+    """``train.report``'s upload arguments as passed; checked once a checkpoint comes."""
+
+    mode: CheckpointUploadMode = CheckpointUploadMode.SYNC
+    delete_local: bool | None = None
+    upload_fn: UploadFn | None = None
+
+    def delete(self) -> bool:
+        """Whether the local directory goes once uploaded (the mode's default unless set)."""
+        if self.delete_local is None:
+            return self.mode.default_delete_local_checkpoint_after_upload()
+        return self.delete_local
 
 
 class TrainSession:
@@ -159,66 +175,79 @@ class TrainSession:
     # -- train.report -------------------------------------------------------------------
     def report(
         self,
-        metrics: dict[str, Any],
+        metrics: Any,
         checkpoint: Checkpoint | None,
         checkpoint_dir_name: str | None,
-        mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
-        delete_local: bool | None = None,
-        upload_fn: UploadFn | None = None,
-        validation: dict[str, Any] | None = None,
+        upload: UploadArgs,
+        validation: bool | ValidationTaskConfig,
     ) -> None:
+        """``train.report()`` on this rank (``api.report`` documents it)."""
+        if not isinstance(metrics, dict):
+            raise TrainTypeError(
+                f"train.report(metrics) needs a dict, got {type(metrics).__name__}"
+            )
+        request = report_validation_arg(validation)
         # a stop requested by the driver (restart, parent job, Ctrl-C) ends the function here
         self.runtime.raise_if_stop_requested()
         check_metrics(metrics)
-        if validation is not None and not self.args.has_validation:
+        if request is not None and not self.args.has_validation:
             raise TrainConfigError(
                 "train.report(validation=...) asks for a validation of the checkpoint, but "
                 "the trainer has no validation function; pass "
                 "TorchTrainer(..., validation_config=train.ValidationConfig(fn))"
             )
         metrics = dict(metrics)  # the user may change their dict after report() returned
-        index = self.next_index
         if checkpoint is None:
-            if checkpoint_dir_name is not None:
-                self._drain()
-                self._claim(checkpoint_dir_name)
-            elif not index % _DRAIN_EVERY:
-                self._drain()  # the hot path reads notices only now and then (memory)
-            self.next_index += 1
-            positions = self.positions.snapshot()
-            self.runtime.emit(
-                wire.report_message(
-                    self.args.attempt, index, metrics, None, False, positions, validation
-                )
+            self._report_metrics(metrics, checkpoint_dir_name, request)
+        else:
+            self._report_checkpoint(metrics, checkpoint, checkpoint_dir_name, upload, request)
+
+    def _report_metrics(
+        self, metrics: dict[str, Any], dir_name: str | None, validation: dict[str, Any] | None
+    ) -> None:
+        """A report without a checkpoint: queued for the driver, returns at once."""
+        index = self.next_index
+        if dir_name is not None:
+            self._drain()
+            self._claim(dir_name)
+        elif not index % _DRAIN_EVERY:
+            self._drain()  # the hot path reads notices only now and then (memory)
+        self.next_index += 1
+        positions = self.positions.snapshot()
+        self.runtime.emit(
+            wire.report_message(
+                self.args.attempt, index, metrics, None, False, positions, validation
             )
-            return
+        )
+
+    def _report_checkpoint(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint,
+        dir_name: str | None,
+        upload: UploadArgs,
+        validation: dict[str, Any] | None,
+    ) -> None:
+        """A report with a checkpoint: SYNC / NO_UPLOAD wait for its commit, ASYNC does not."""
+        index = self.next_index
         self._drain()
-        if not isinstance(mode, CheckpointUploadMode):
+        if not isinstance(upload.mode, CheckpointUploadMode):
             raise TrainTypeError(
-                f"checkpoint_upload_mode={mode!r} is not a train.CheckpointUploadMode "
+                f"checkpoint_upload_mode={upload.mode!r} is not a train.CheckpointUploadMode "
                 "(SYNC, ASYNC or NO_UPLOAD)"
             )
-        dir_name = self._claim(
-            wire.default_checkpoint_dir_name(index)
-            if checkpoint_dir_name is None
-            else checkpoint_dir_name
-        )
-        delete = (
-            mode.default_delete_local_checkpoint_after_upload()
-            if delete_local is None
-            else delete_local
+        name = self._claim(
+            wire.default_checkpoint_dir_name(index) if dir_name is None else dir_name
         )
         try:
-            if mode is CheckpointUploadMode.ASYNC:
-                self._report_async(
-                    index, metrics, checkpoint, dir_name, delete, upload_fn, validation
-                )
+            if upload.mode is CheckpointUploadMode.ASYNC:
+                self._report_async(index, metrics, checkpoint, name, upload, validation)
                 return
-            self._save_now(checkpoint, dir_name, mode, delete, upload_fn)
+            self._save_now(checkpoint, name, upload)
         except BaseException:
-            self._used.discard(dir_name)  # nothing was reported: the name stays free
+            self._used.discard(name)  # nothing was reported: the name stays free
             raise
-        self._emit(index, metrics, dir_name, pending=False, validation=validation)
+        self._emit(index, metrics, name, pending=False, validation=validation)
         self._wait_committed(index)
 
     def _emit(
@@ -261,25 +290,19 @@ class TrainSession:
         self._used.add(name)
         return name
 
-    def _save_now(
-        self,
-        checkpoint: Checkpoint,
-        dir_name: str,
-        mode: CheckpointUploadMode,
-        delete: bool,
-        upload_fn: UploadFn | None,
-    ) -> None:
+    def _save_now(self, checkpoint: Checkpoint, dir_name: str, upload: UploadArgs) -> None:
         """SYNC / NO_UPLOAD: make the checkpoint's files be at ``<run>/<dir_name>``."""
         storage = self.context.get_storage()
-        if mode is CheckpointUploadMode.NO_UPLOAD:
+        if upload.mode is CheckpointUploadMode.NO_UPLOAD:
             check_in_run(storage, checkpoint, dir_name, "checkpoint_upload_mode=NO_UPLOAD")
             return
-        if upload_fn is not None:
-            check_in_run(storage, upload_fn(checkpoint, dir_name), dir_name, "checkpoint_upload_fn")
+        if upload.upload_fn is not None:
+            uploaded = upload.upload_fn(checkpoint, dir_name)
+            check_in_run(storage, uploaded, dir_name, "checkpoint_upload_fn")
             return
         with checkpoint.as_directory() as local_dir:
             storage.persist_directory(local_dir, dir_name)
-        if delete and checkpoint.is_local():
+        if upload.delete() and checkpoint.is_local():
             shutil.rmtree(checkpoint.path, ignore_errors=True)
 
     def _report_async(
@@ -288,17 +311,17 @@ class TrainSession:
         metrics: dict[str, Any],
         checkpoint: Checkpoint,
         dir_name: str,
-        delete: bool,
-        upload_fn: UploadFn | None,
+        upload: UploadArgs,
         validation: dict[str, Any] | None = None,
     ) -> None:
+        """ASYNC: hand a snapshot (or the user's upload function) to the upload thread."""
         uploader = self._get_uploader()
         uploader.acquire()  # back-pressure: waits while MAX_UPLOADS_IN_FLIGHT are in flight
         storage = self.context.get_storage()
         try:
-            if upload_fn is not None:
-                upload = user_fn_upload(
-                    upload_fn,
+            if upload.upload_fn is not None:
+                run_upload = user_fn_upload(
+                    upload.upload_fn,
                     checkpoint,
                     dir_name,
                     lambda c, n: check_in_run(storage, c, n, "checkpoint_upload_fn"),
@@ -310,13 +333,14 @@ class TrainSession:
                     if checkpoint.is_local()
                     else checkpoint.to_directory()
                 )
-                upload = persist_job_upload(storage, snap, dir_name, lambda: uploader.closed)
-                cleanup = [snap] + ([checkpoint.path] if delete and checkpoint.is_local() else [])
+                run_upload = persist_job_upload(storage, snap, dir_name, lambda: uploader.closed)
+                delete = upload.delete() and checkpoint.is_local()
+                cleanup = [snap] + ([checkpoint.path] if delete else [])
         except BaseException:
             uploader.release()
             raise
         self._emit(index, metrics, dir_name, pending=True, validation=validation)
-        uploader.submit(UploadJob(index, dir_name, upload, cleanup))
+        uploader.submit(UploadJob(index, dir_name, run_upload, cleanup))
 
     def _get_uploader(self) -> Uploader:
         if self._uploader is None:

@@ -15,6 +15,7 @@ from lumos.runtime import (
     DefaultFailurePolicy,
     ElasticScalingPolicy,
     GroupFactory,
+    ResizePolicy,
     WorkerGroupProtocol,
     WorkerGroupSpec,
     context as job_context,
@@ -26,8 +27,12 @@ from lumos.train._internal.config import RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.controller import TrainController
-from lumos.train._internal.controller.spec import ControllerSettings, ControllerSpec
-from lumos.train._internal.controller.validations import ThreadValidationLauncher
+from lumos.train._internal.controller.spec import ControllerSettings, ControllerSpec, RunSpec
+from lumos.train._internal.controller.validations import (
+    RayValidationLauncher,
+    ThreadValidationLauncher,
+    ValidationLauncher,
+)
 from lumos.train._internal.data_config import DataConfig
 from lumos.train._internal.datasets import DatasetBackend, check_data_config, check_datasets
 from lumos.train._internal.errors import DriverTerminated, TrainConfigError
@@ -65,6 +70,49 @@ def _takes_config(fn: Callable[..., Any], has_config: bool) -> bool:
             )
         return False
     return True
+
+
+def _check_arguments(
+    fn: Any,
+    config: Any,
+    scaling_config: Any,
+    run_config: Any,
+    resume_from_checkpoint: Any,
+    validation_config: Any,
+) -> None:
+    """The trainer's arguments have the right types (``TrainConfigError`` otherwise)."""
+    if not callable(fn):
+        raise TrainConfigError(
+            f"train_loop_per_worker={fn!r} is not callable; pass a function fn(config) or fn()"
+        )
+    if config is not None and not isinstance(config, dict):
+        raise TrainConfigError(
+            f"train_loop_config={config!r} is a {type(config).__name__}; pass a dict or None"
+        )
+    if scaling_config is not None and not isinstance(scaling_config, ScalingConfig):
+        raise TrainConfigError(f"scaling_config={scaling_config!r} is not a train.ScalingConfig")
+    if run_config is not None and not isinstance(run_config, RunConfig):
+        raise TrainConfigError(f"run_config={run_config!r} is not a train.RunConfig")
+    if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
+        raise TrainConfigError(
+            f"resume_from_checkpoint={resume_from_checkpoint!r} is not a train.Checkpoint; "
+            "pass train.Checkpoint.from_directory(path) or None"
+        )
+    if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+        raise TrainConfigError(
+            f"validation_config={validation_config!r} is not a train.ValidationConfig; "
+            "pass train.ValidationConfig(fn) or None"
+        )
+
+
+def _thread_launcher(config: ValidationConfig) -> ValidationLauncher:
+    """Validations in threads of the driver (local mode, the fake cluster of unit tests)."""
+    return ThreadValidationLauncher(config.fn)
+
+
+def _ray_launcher(config: ValidationConfig) -> ValidationLauncher:
+    """Each validation a Ray task with the config's ``ray_remote_kwargs``."""
+    return RayValidationLauncher(config.fn, config.ray_remote_kwargs)
 
 
 def _check_picklable(value: Any, what: str) -> None:
@@ -131,39 +179,19 @@ class DataParallelTrainer:
         _group_factory: GroupFactory | None = None,
         _controller_settings: ControllerSettings | None = None,
     ) -> None:
-        if not callable(train_loop_per_worker):
-            raise TrainConfigError(
-                f"train_loop_per_worker={train_loop_per_worker!r} is not callable; pass a "
-                "function fn(config) or fn()"
-            )
-        if train_loop_config is not None and not isinstance(train_loop_config, dict):
-            raise TrainConfigError(
-                f"train_loop_config={train_loop_config!r} is a "
-                f"{type(train_loop_config).__name__}; pass a dict or None"
-            )
-        if scaling_config is not None and not isinstance(scaling_config, ScalingConfig):
-            raise TrainConfigError(
-                f"scaling_config={scaling_config!r} is not a train.ScalingConfig"
-            )
-        if run_config is not None and not isinstance(run_config, RunConfig):
-            raise TrainConfigError(f"run_config={run_config!r} is not a train.RunConfig")
+        _check_arguments(
+            train_loop_per_worker,
+            train_loop_config,
+            scaling_config,
+            run_config,
+            resume_from_checkpoint,
+            validation_config,
+        )
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
-        if resume_from_checkpoint is not None and not isinstance(
-            resume_from_checkpoint, Checkpoint
-        ):
-            raise TrainConfigError(
-                f"resume_from_checkpoint={resume_from_checkpoint!r} is not a train.Checkpoint; "
-                "pass train.Checkpoint.from_directory(path) or None"
-            )
         self.resume_from_checkpoint = resume_from_checkpoint
-        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
-            raise TrainConfigError(
-                f"validation_config={validation_config!r} is not a train.ValidationConfig; "
-                "pass train.ValidationConfig(fn) or None"
-            )
         self.validation_config = validation_config
         self.datasets = check_datasets(datasets)
         self.dataset_config = check_data_config(dataset_config, list(self.datasets))
@@ -256,39 +284,55 @@ class DataParallelTrainer:
     def _fit_local(self, storage: RunStorage, console: Console, where: tuple[str, Any]) -> Result:
         """``num_workers=0``: run in this process, without Ray (``local.py``)."""
         from lumos.train._internal.local import LocalSpec, run_local
+        from lumos.train._internal.local_exchange import has_torchrun_env
 
-        rc = self.run_config
-        unsupported = [
-            what
-            for what, given in (
-                ("validation_config", self.validation_config is not None),
-                ("datasets", bool(self.datasets)),
-                ("RunConfig(health_checks)", bool(rc.health_checks)),
-            )
-            if given
-        ]
-        if unsupported:
+        if self.datasets and has_torchrun_env():
             raise TrainConfigError(
-                f"ScalingConfig(num_workers=0) (local mode) does not support "
-                f"{', '.join(unsupported)} yet; run with num_workers >= 1 (Ray) to use them"
+                "datasets= under torchrun: every process would run its own copy of the "
+                "Ray Data pipeline; run with ScalingConfig(num_workers >= 1) (Ray), or read "
+                "the data in the training function"
             )
         spec = LocalSpec(
+            run=self._run_spec(storage, console, where, threads=True),
+            open_state=_load_or_create_state,
+            process_group_backend=self._backend().process_group_backend(),
+            use_gpu=self.scaling_config.use_gpu,
+            dataset_shards=self._dataset_shards() if self.datasets else None,
+        )
+        return run_local(spec)
+
+    def _dataset_shards(self) -> Callable[[int], list[dict[str, Any]]]:
+        """Local mode: the datasets split for a world size (a local Ray runs Ray Data)."""
+        datasets, config = self.datasets, self.dataset_config
+
+        def shards(world_size: int) -> list[dict[str, Any]]:
+            resolved = {k: v() if callable(v) else v for k, v in datasets.items()}
+            return config.configure(resolved, world_size, None, None)
+
+        return shards
+
+    def _run_spec(
+        self, storage: RunStorage, console: Console, where: tuple[str, Any], threads: bool
+    ) -> RunSpec:
+        """What every backend runs the same way (``threads``: validations in threads)."""
+        rc = self.run_config
+        return RunSpec(
             train_fn=self.train_loop_per_worker,
             config=self.train_loop_config,
             pass_config=self._pass_config,
             storage=storage,
             worker_storage=where,
-            open_state=_load_or_create_state,
-            process_group_backend=self._backend().process_group_backend(),
-            use_gpu=self.scaling_config.use_gpu,
-            settings=self._settings,
-            console=console,
             retention=_retention(rc.checkpoint_config),
             callbacks=tuple(rc.callbacks),
             job_context=job_context.current(),
+            console=console,
+            settings=self._settings,
             resume_from_checkpoint=self._starting_checkpoint(),
+            validation_config=self.validation_config,
+            validation_launcher=_thread_launcher if threads else _ray_launcher,
+            health_checks=tuple(rc.health_checks),
+            max_rollbacks=rc.failure_config.max_rollbacks,
         )
-        return run_local(spec)
 
     def _controller_spec(
         self, storage: RunStorage, state: RunState, console: Console, where: tuple[str, Any]
@@ -315,33 +359,19 @@ class DataParallelTrainer:
             min_workers=sc.min_workers if sc.elasticity_enabled else None,
         )
         return ControllerSpec(
-            train_fn=self.train_loop_per_worker,
-            config=self.train_loop_config,
-            pass_config=self._pass_config,
-            group_spec=group_spec,
-            storage=storage,
+            # the fake cluster of the unit tests has no Ray: validations run in threads
+            run=self._run_spec(storage, console, where, threads=self._group_factory is not None),
             run_state=state,
+            group_spec=group_spec,
             group_factory=self._group_factory or _start_ray_group,
             failure_policy=DefaultFailurePolicy(fc.max_failures),
-            worker_storage=where,
-            retention=_retention(rc.checkpoint_config),
+            resize_policy=ResizePolicy(
+                elastic=sc.elasticity_enabled, max_preemption_failures=fc.max_preemption_failures
+            ),
             backend=backend,
             restart_strategy=fc.restart_strategy,
-            callbacks=tuple(rc.callbacks),
-            job_context=job_context.current(),
-            console=console,
-            settings=self._settings,
-            resume_from_checkpoint=self._starting_checkpoint(),
-            validation_config=self.validation_config,
-            # the fake cluster of the unit tests has no Ray: validations run in threads
-            validation_launcher=(
-                (lambda c: ThreadValidationLauncher(c.fn)) if self._group_factory else None
-            ),
-            health_checks=tuple(rc.health_checks),
-            max_rollbacks=fc.max_rollbacks,
             scaling_policy=ElasticScalingPolicy() if sc.elasticity_enabled else None,
             resize_interval_s=sc.elastic_resize_monitor_interval_s,
-            max_preemption_failures=fc.max_preemption_failures,
         )
 
 

@@ -3,20 +3,20 @@
 :class:`TuneController` holds the sweep's state transitions (start, prune, stop,
 retry, fail) and talks to an executor (:class:`~lumos.tune._internal.executor.PoolExecutor`
 over a real ``WorkerPool`` or the in-process fake), so the whole loop is unit
-tested without Ray. The decisions are made elsewhere: :class:`StopRules` (pruner and
-stop criteria) and :class:`TrialFailures` (the runtime's failure policy, per trial);
-the study hears how trials end through :func:`tell_study`, and every event goes to
-the :class:`TrialJournal`. The per-trial path is kept lean: journal records are
-buffered and written once per loop iteration, the progress display refreshes at
-most every few seconds, nothing is rendered per report.
+tested without Ray. The rest is done elsewhere: :class:`TrialSource` makes new trials
+(ask, sample, name), :class:`StopRules` (pruner and stop criteria) and
+:class:`TrialFailures` (the runtime's failure policy, per trial) decide,
+:class:`WaitingWatch` tells the console which trials wait for resources, the study
+hears how trials end through :func:`tell_study`, and every event goes to the
+:class:`TrialJournal`. The per-trial path is kept lean: journal records are buffered
+and written once per loop iteration, the progress display refreshes at most every few
+seconds, nothing is rendered per report.
 
-Nothing acknowledged is lost: a trial end is in the journal before anyone hears of it.
-While an end is buffered, the notifications from then on (callbacks, the progress
-display) wait in an outbox, in order; at the end of each batch of events the journal
-is written (one write, or one object PUT, for every end of the batch) and the outbox
-is delivered. A driver killed at any point leaves a journal that holds every trial end
-a callback, the console or a ``ResultGrid`` was told of, so a restore never runs such
-a trial again.
+Nothing acknowledged is lost: a trial end is in the journal before anyone hears of it
+(the :class:`Outbox` holds callbacks and progress notifications until the batch's
+ends are written, in one write or one object PUT). A driver killed at any point leaves
+a journal that holds every trial end a callback, the console or a ``ResultGrid`` was
+told of, so a restore never runs such a trial again.
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from optuna.trial import TrialState
-
 from lumos.runtime import FailureDecision
 from lumos.storage import Checkpoint
-from lumos.tune._internal import optuna_bridge
+from lumos.tune._internal import messages, optuna_bridge
 from lumos.tune._internal.callbacks import Callback, Hooks
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import (
@@ -51,15 +49,21 @@ from lumos.tune._internal.errors import (
     TuneFailedError,
 )
 from lumos.tune._internal.executor import Cancelled, Failed, Finished, Reported, TrialEvent
-from lumos.tune._internal.experiment import GRID_ATTR, Experiment
+from lumos.tune._internal.experiment import Experiment
 from lumos.tune._internal.heap import HeapTrimmer
+from lumos.tune._internal.live_trial import LiveTrial
+from lumos.tune._internal.outbox import Outbox
 from lumos.tune._internal.pbt_runner import PbtRunner
 from lumos.tune._internal.search_space import SearchSpace
-from lumos.tune._internal.session import ITERATION_KEY, TrialSpec
+from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.study_outcome import tell_study
-from lumos.tune._internal.trial import LiveTrial, SnapshotsView, TrialStatus
+from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, ErrorRecord, ReportRecord, StartRecord
-from lumos.tune._internal.trial_rules import StopRules, TrialFailures, TrialNames
+from lumos.tune._internal.trial_rules import StopRules, TrialFailures
+from lumos.tune._internal.trial_source import TrialSource
+from lumos.tune._internal.trial_spec import TrialSpec
+from lumos.tune._internal.trial_views import SnapshotsView
+from lumos.tune._internal.waiting import WaitingWatch
 
 __all__ = ["ControllerSettings", "TuneController"]
 
@@ -107,34 +111,28 @@ class TuneController:
         self.clock = clock
         self.rules = StopRules(tune_config)
         self.failures = TrialFailures(settings.max_failures)
-        self.names = TrialNames(tune_config, {t.dir_name for t in experiment.trials})
         self.pbt = PbtRunner.for_config(
             tune_config, experiment.storage, settings.retention, experiment.trials
         )
         self.trials: list[LiveTrial] = list(experiment.trials)
-        self.trainable_name = trainable_name
+        self._source = TrialSource(experiment, space, tune_config, trainable_name)
         for t in self.trials:
             t.trainable_name = trainable_name
         self._queue: deque[LiveTrial] = deque(
             t for t in self.trials if t.status is TrialStatus.PENDING
         )
         self._running: dict[str, LiveTrial] = {}
-        n = tune_config.num_samples
-        self._target = -1 if n == -1 else n * space.num_grid_points
-        self._created = len(self.trials)
-        self._trials_uri = experiment.storage.uri.rstrip("/")
         self._start = clock()
         self._stopping = False
         self._abort_error: BaseException | None = None
         self._stop_requested_at: dict[str, float] = {}
         self._dirty_end = False
-        self._ends_unacked = False  # a trial end is buffered, not yet in the journal
-        self._outbox: list[Callable[[], None]] = []  # notifications waiting for it
+        self._outbox = Outbox(functools.partial(self._flush, True))
         self._heap = HeapTrimmer(every=256)
         self._last_journal_flush = self._start
         self._last_progress = -math.inf
         self._last_resources_check = self._start
-        self._waiting_announced: set[str] = set()
+        self._waiting = WaitingWatch(executor, self.progress, self.resources)
 
     @property
     def callbacks(self) -> list[Callback]:
@@ -157,17 +155,17 @@ class TuneController:
             while True:
                 self._check_time_budget()
                 self._fill()
-                self._acknowledge()
+                self._outbox.acknowledge()
                 if not self._running:
                     break
                 self.hooks.iteration += 1  # Ray's callback ``iteration``: driver loop steps
                 for ev in self.executor.poll(self._poll_timeout()):
                     self._handle(ev)
-                self._acknowledge()
+                self._outbox.acknowledge()
                 self._housekeeping()
         finally:
             self._flush(force=True)
-            self._deliver()
+            self._outbox.deliver()
         if self._abort_error is not None:
             raise self._abort_error
         return self.trials
@@ -181,9 +179,7 @@ class TuneController:
 
     # -- starting trials -------------------------------------------------------------------
     def _can_create(self) -> bool:
-        if self._stopping:
-            return False
-        return self._target == -1 or self._created < self._target
+        return not self._stopping and not self._source.exhausted
 
     def _fill(self) -> None:
         limit = self.settings.max_concurrent_trials
@@ -191,42 +187,13 @@ class TuneController:
             if self._queue:
                 trial = self._queue.popleft()
             elif self._can_create():
-                trial = self._new_trial()
+                trial = self._source.next()
+                self.trials.append(trial)
             else:
                 break
             self._launch(trial)
         if not self._queue and not self._can_create():
             self.executor.release_idle(keep=0)
-
-    def _new_trial(self) -> LiveTrial:
-        study = self.study
-        if self.exp.waiting > 0:
-            self.exp.waiting -= 1
-        elif self.space.grid:
-            index = self.exp.grid_next
-            self.exp.grid_next += 1
-            study.enqueue_trial(self.space.grid_params(index), user_attrs={GRID_ATTR: index})
-        ot = study.ask()
-        try:
-            config = self.space.sample(ot)
-        except BaseException:
-            study.tell(ot, state=TrialState.FAIL)
-            raise
-        self._created += 1
-        trial = LiveTrial(
-            number=ot.number,
-            config=config,
-            params=dict(ot.params),
-            path=f"{self._trials_uri}/trial_{ot.number:05d}",  # == storage.child(name).uri
-            optuna_trial=ot,
-            trainable_name=self.trainable_name,
-        )
-        names = self.names.name(trial)
-        if names is not None:
-            trial.path = self.exp.storage.child(trial.dir_name).uri
-            self.exp.trials_journal.append(names)
-        self.trials.append(trial)
-        return trial
 
     def _launch(self, trial: LiveTrial, *, record_start: bool = True) -> None:
         trial.status = TrialStatus.RUNNING
@@ -263,7 +230,7 @@ class TuneController:
             self._dirty_end = True
         self.executor.start(spec)
         if self.hooks:
-            self._tell(functools.partial(self.hooks.trial_start, trial.snapshot()))
+            self._outbox.tell(functools.partial(self.hooks.trial_start, trial.snapshot()))
 
     # -- events ------------------------------------------------------------------------------
     def _handle(self, ev: TrialEvent) -> None:
@@ -296,10 +263,12 @@ class TuneController:
         )
         if self.hooks:
             snapshot = trial.snapshot()
-            self._tell(functools.partial(self.hooks.trial_result, snapshot, dict(ev.metrics)))
+            self._outbox.tell(
+                functools.partial(self.hooks.trial_result, snapshot, dict(ev.metrics))
+            )
             if ev.checkpoint_dir is not None:
                 checkpoint = Checkpoint(f"{trial.path}/{ev.checkpoint_dir}", self.exp.storage.fs)
-                self._tell(functools.partial(self.hooks.checkpoint, snapshot, checkpoint))
+                self._outbox.tell(functools.partial(self.hooks.checkpoint, snapshot, checkpoint))
         if trial.stop_reason is not None:
             return
         reason = self.rules.after_report(trial, ev.iteration, ev.metrics)
@@ -387,12 +356,7 @@ class TuneController:
         trial.status = TrialStatus.PENDING
         trial.attempt += 1
         self._queue.appendleft(trial)
-        logger.info(
-            "trial %s: %s; it resumes from %s",
-            trial.trial_name,
-            decision.reason,
-            trial.checkpoint_dir or "the start",
-        )
+        logger.info(messages.trial_retried(trial.trial_name, decision.reason, trial.checkpoint_dir))
 
     def _fail_fast_error(self, trial: LiveTrial, decision: FailureDecision) -> TuneFailedError:
         why = decision.reason if not decision.should_retry else "the sweep was stopping"
@@ -412,11 +376,10 @@ class TuneController:
         trial.optuna_trial = None
         self.exp.trials_journal.append(EndRecord(trial.number, status))
         # Told only once the end is in the journal (see the module docstring).
-        self._ends_unacked = True
-        self._outbox.append(functools.partial(self.progress.trial_done, trial))
+        self._outbox.after_end(functools.partial(self.progress.trial_done, trial))
         if self.hooks:
             failed = status is TrialStatus.ERROR
-            self._outbox.append(
+            self._outbox.tell(
                 functools.partial(self.hooks.trial_end, trial.snapshot(), failed=failed)
             )
         # Its summary row stays; its reports are read back from the journal when asked
@@ -426,28 +389,6 @@ class TuneController:
             optuna_bridge.stored_trial(self.study, trial.number).params,
         )
         self._heap.note()  # what the trial's run freed goes back to the OS
-
-    def _tell(self, notify: Callable[[], None]) -> None:
-        """Notify now, or after the buffered trial ends are written (keeping the order)."""
-        if self._ends_unacked:
-            self._outbox.append(notify)
-        else:
-            notify()
-
-    def _acknowledge(self) -> None:
-        """Write the buffered trial ends (with every record before them), then deliver
-        the notifications that waited for them."""
-        if self._ends_unacked:
-            self._flush(force=True)
-            self._deliver()
-
-    def _deliver(self) -> None:
-        # Called only after a forced flush: every end the outbox speaks of is written.
-        self._ends_unacked = False
-        while self._outbox:
-            outbox, self._outbox = self._outbox, []
-            for notify in outbox:
-                notify()
 
     def _abort(self, error: BaseException) -> None:
         if self._abort_error is None:
@@ -464,9 +405,9 @@ class TuneController:
         if self._stopping:
             return
         if budget is not None and self.clock() - self._start >= budget:
-            logger.info("time budget of %.1fs is spent; stopping running trials", budget)
+            logger.info(messages.time_budget_spent(budget))
         elif self.rules.stop_all():
-            logger.info("the stopper's stop_all() is true; stopping running trials")
+            logger.info(messages.STOP_ALL)
         else:
             return
         self._stopping = True
@@ -476,12 +417,12 @@ class TuneController:
     def _housekeeping(self) -> None:
         now = self.clock()
         self._kill_overdue(now)
-        self._acknowledge()
+        self._outbox.acknowledge()
         if self._dirty_end or now - self._last_journal_flush >= self.settings.journal_interval_s:
             self._flush(force=self._dirty_end)
         if now - self._last_resources_check >= self.settings.resources_check_interval_s:
             self._last_resources_check = now
-            self._check_waiting()
+            self._waiting.check(self._running)
         if now - self._last_progress >= self.settings.progress_interval_s:
             self._last_progress = now
             self.progress.update(self.trials)
@@ -501,18 +442,6 @@ class TuneController:
                 if trial.stop_reason == ABORT:
                     status = TrialStatus.ERROR if trial.errors else TrialStatus.TERMINATED
                 self._end(trial, status)
-
-    def _check_waiting(self) -> None:
-        waiting_ids = set(self.executor.waiting_for_resources())
-        newly: list[LiveTrial] = []
-        for tid, trial in self._running.items():
-            was = trial.waiting_for_resources
-            trial.waiting_for_resources = tid in waiting_ids
-            if trial.waiting_for_resources and not was and tid not in self._waiting_announced:
-                self._waiting_announced.add(tid)
-                newly.append(trial)
-        if newly:
-            self.progress.waiting_for_resources(newly, self.resources)
 
     def _flush(self, force: bool) -> None:
         self.exp.flush(force=force)

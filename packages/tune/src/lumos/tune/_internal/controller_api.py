@@ -7,8 +7,8 @@ from typing import Protocol
 
 from lumos.storage import RetentionPolicy
 from lumos.tune._internal.executor import TrialEvent
-from lumos.tune._internal.session import TrialSpec
-from lumos.tune._internal.trial import LiveTrial
+from lumos.tune._internal.live_trial import LiveTrial
+from lumos.tune._internal.trial_spec import TrialSpec
 
 # Stop reasons (LiveTrial.stop_reason)
 PRUNE = "pruned"

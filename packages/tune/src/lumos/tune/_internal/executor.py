@@ -23,7 +23,8 @@ from lumos.runtime import (
     WorkerPoolProtocol,
 )
 from lumos.tune._internal.errors import TrialErrorRecord
-from lumos.tune._internal.session import GO, PRUNED, STOP, TrialSpec
+from lumos.tune._internal.session import GO, PRUNED, STOP
+from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune._internal.wrappers import resource_shape
 
 

@@ -28,7 +28,7 @@ from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
 from lumos.storage import RunState, RunStorage
-from lumos.tune._internal import optuna_bridge
+from lumos.tune._internal import messages, optuna_bridge
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.errors import TuneConfigError
 from lumos.tune._internal.journal import (
@@ -37,11 +37,12 @@ from lumos.tune._internal.journal import (
     StudyJournalBackend,
     StudyStorage,
 )
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.pbt_runner import EXPLOIT_KEY, apply_exploit, exploit_from_checkpoint
 from lumos.tune._internal.search_space import SearchSpace
 from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.study_outcome import tell_study
-from lumos.tune._internal.trial import LiveTrial, TrialStatus, trial_name
+from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import (
     TRIALS_JOURNAL,
     EndRecord,
@@ -207,16 +208,8 @@ def _restore(exp: Experiment, space: SearchSpace, tune_config: TuneConfig) -> No
             exp.waiting += 1
             continue
         events = by_number.get(frozen.number, TrialEvents())
-        name, dir_name = events.names or (trial_name(frozen.number), trial_name(frozen.number))
-        trial = LiveTrial(
-            number=frozen.number,
-            config=_config_of(space, frozen.params),
-            params=dict(frozen.params),
-            path=exp.storage.child(dir_name).uri,
-            trial_name=name,
-            dir_name=dir_name,
-        )
-        trial.errors = list(events.errors)
+        config = _config_of(space, frozen.params)
+        trial = LiveTrial.from_record(frozen, events, config, exp.storage)
         trial.attempt = events.starts
         for record in events.exploits:
             apply_exploit(trial, record)  # the config; checkpoints come after the reports
@@ -294,7 +287,7 @@ def _restore_unfinished(
     try:
         state = trial_storage.load_state()
     except Exception:
-        logger.warning("trial %s: unreadable state, restarting it", trial.trial_name, exc_info=True)
+        logger.warning(messages.unreadable_trial_state(trial.trial_name), exc_info=True)
         state = None
     latest = state.latest() if state is not None else None
     if latest is not None:

@@ -30,10 +30,12 @@ from lumos.storage import (
     RunStorage,
     to_jsonable,
 )
+from lumos.tune._internal import messages
 from lumos.tune._internal.config import TuneConfig
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.pbt import Member, PbtDecision, PopulationBasedTraining
 from lumos.tune._internal.session import ITERATION_KEY
-from lumos.tune._internal.trial import ExploitRecord, LiveTrial
+from lumos.tune._internal.trial import ExploitRecord
 
 logger = logging.getLogger("lumos.tune")
 
@@ -161,11 +163,7 @@ class PbtRunner:
         }
         copied = self._clone(donor, trial, dir_name, step, extra)
         if copied is None:
-            logger.warning(
-                "pbt: trial %s has no committed checkpoint; trial %s goes on unchanged",
-                donor.trial_name,
-                trial.trial_name,
-            )
+            logger.warning(messages.pbt_no_checkpoint(donor.trial_name, trial.trial_name))
             return None
         record = ExploitRecord(
             number=trial.number,
@@ -179,12 +177,9 @@ class PbtRunner:
         )
         apply_exploit(trial, record)
         logger.info(
-            "pbt: trial %s cloned trial %s at step %d (%s); new config %s",
-            trial.trial_name,
-            donor.trial_name,
-            step,
-            decision.reason,
-            decision.new_config,
+            messages.pbt_cloned(
+                trial.trial_name, donor.trial_name, step, decision.reason, decision.new_config
+            )
         )
         return record
 

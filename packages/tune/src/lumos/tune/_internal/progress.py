@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from lumos.tune._internal import messages
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.metrics import flatten
-from lumos.tune._internal.trial import LiveTrial, TrialStatus
+from lumos.tune._internal.trial import TrialStatus
 
 _MAX_ROWS = 20
 _MAX_CONFIG_COLS = 6
@@ -95,13 +97,7 @@ class ConsoleReporter:
         self._print(line)
 
     def waiting_for_resources(self, trials: list[LiveTrial], resources: dict[str, float]) -> None:
-        names = ", ".join(t.trial_name for t in trials)
-        note = (
-            f"{names}: waiting for resources: each trial's actor needs {resources} and the "
-            "cluster has no room for it now (running trials, or the Train workers they "
-            "started, hold the rest). Lower TuneConfig(max_concurrent_trials=...) or "
-            "trial_resources, or add nodes."
-        )
+        note = messages.waiting_for_resources([t.trial_name for t in trials], resources)
         self._waiting_note = note
         self._print(note)
 

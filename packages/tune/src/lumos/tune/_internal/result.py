@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -11,15 +10,11 @@ from fsspec import AbstractFileSystem
 
 from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
-from lumos.tune._internal.metrics import finite_or_none, flatten
-from lumos.tune._internal.trial import (
-    ExploitRecord,
-    HistoryView,
-    LiveTrial,
-    Trial,
-    TrialStatus,
-    checked_index,
-)
+from lumos.tune._internal.live_trial import LiveTrial
+from lumos.tune._internal.metrics import flatten
+from lumos.tune._internal.ranking import pareto_front, scope_window, scoped_value, signed_values
+from lumos.tune._internal.trial import ExploitRecord, Trial, TrialStatus
+from lumos.tune._internal.trial_views import HistoryView, checked_index
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,52 +155,6 @@ class Result:
             f"Result({self.trial_name}, {self.status}, metrics={shown!r}, "
             f"config={self.config!r}{err})"
         )
-
-
-def _scope_window(scope: str) -> int | None:
-    """N of ``"last-N-avg"``, 0 for ``"avg"``, None for ``"last"`` / ``"all"``."""
-    if scope in ("last", "all"):
-        return None
-    if scope == "avg":
-        return 0
-    parts = scope.split("-")
-    n = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
-    if parts[0] == "last" and parts[-1] == "avg" and n > 0:
-        return n
-    raise TuneConfigError(
-        f"get_best_result(scope={scope!r}): use 'last', 'all', 'avg', 'last-5-avg' or "
-        "'last-10-avg' (any 'last-N-avg')"
-    )
-
-
-def _number(value: Any, filter_nan_and_inf: bool) -> float | None:
-    if filter_nan_and_inf:
-        return finite_or_none(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return None if math.isnan(value) else float(value)
-    return None
-
-
-def _scoped(
-    r: Result, metric: str, mode: str, scope: str, last_n: int | None, filter_: bool
-) -> float | None:
-    """The value of ``metric`` for ``r`` under ``scope`` (None when it has none)."""
-    if scope == "last":
-        return _number(r.metrics.get(metric), filter_)
-    values = [v for row in r._history if (v := _number(row.get(metric), filter_)) is not None]
-    if not values:
-        return None
-    if scope == "all":
-        return min(values) if mode == "min" else max(values)
-    window = values[-last_n:] if last_n else values
-    mean = sum(window) / len(window)
-    return None if math.isnan(mean) else mean
-
-
-def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=False)) and any(
-        x < y for x, y in zip(a, b, strict=False)
-    )
 
 
 class _TrialResults(Sequence[Result]):
@@ -360,7 +309,7 @@ class ResultGrid:
         Example:
             >>> grid.get_best_result("loss", "min", scope="last-5-avg")
         """
-        last_n = _scope_window(scope)
+        last_n = scope_window(scope)
         metric, mode = self._metric_and_mode(metric, mode)
         allowed = {TrialStatus.TERMINATED.value}
         if include_pruned:
@@ -369,7 +318,9 @@ class ResultGrid:
         for index, r in self._scan():
             if r.status not in allowed:
                 continue
-            value = _scoped(r, metric, mode, scope, last_n, filter_nan_and_inf)
+            value = scoped_value(
+                r.metrics, r._history, metric, mode, scope, last_n, filter_nan_and_inf
+            )
             if value is None:
                 continue
             score = value if mode == "min" else -value
@@ -411,19 +362,10 @@ class ResultGrid:
         for index, r in self._scan():
             if r.status != TrialStatus.TERMINATED.value:
                 continue
-            values = [finite_or_none(r.metrics.get(str(m))) for m in metrics]
-            if any(v is None for v in values):
-                continue
-            signed = [
-                float(v) if mode == "min" else -float(v)  # type: ignore[arg-type]
-                for v, mode in zip(values, modes, strict=False)
-            ]
-            points.append((signed, index))
-        return [
-            self._results[i]
-            for p, i in points
-            if not any(_dominates(q, p) for q, _ in points if q is not p)
-        ]
+            signed = signed_values(r.metrics, metrics, modes)
+            if signed is not None:
+                points.append((signed, index))
+        return [self._results[i] for i in pareto_front(points)]
 
     def get_dataframe(self) -> pd.DataFrame:
         """One row per trial: last metrics, ``config/<name>`` columns, status and error.

@@ -7,8 +7,9 @@ from optuna.trial import TrialState
 
 from lumos.tune._internal import optuna_bridge
 from lumos.tune._internal.config import TuneConfig
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.metrics import finite_or_none
-from lumos.tune._internal.trial import LiveTrial, TrialStatus
+from lumos.tune._internal.trial import TrialStatus
 
 
 def objective_values(trial: LiveTrial, tune_config: TuneConfig) -> list[float] | None:

@@ -25,9 +25,11 @@ from lumos.tune._internal.experiment import (
     quiet_optuna,
 )
 from lumos.tune._internal.journal import FsJournal
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.result import Result, ResultGrid
-from lumos.tune._internal.trial import LiveTrial, TrialStatus, snapshots, trial_name
+from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import TRIALS_JOURNAL, TrialEvents, TrialJournal
+from lumos.tune._internal.trial_views import snapshots
 
 
 @dataclass
@@ -110,16 +112,7 @@ def load_sweep(storage: RunStorage) -> SweepView:
             waiting += 1
             continue
         events = by_number.get(frozen.number, TrialEvents())
-        name, dir_name = events.names or (trial_name(frozen.number), trial_name(frozen.number))
-        trial = LiveTrial(
-            number=frozen.number,
-            config=dict(frozen.params),
-            params=dict(frozen.params),
-            path=storage.child(dir_name).uri,
-            trial_name=name,
-            dir_name=dir_name,
-        )
-        trial.errors = list(events.errors)
+        trial = LiveTrial.from_record(frozen, events, dict(frozen.params), storage)
         trial.attempt = max(events.starts - 1, 0)
         trial.exploits = list(events.exploits)
         if trial.exploits:

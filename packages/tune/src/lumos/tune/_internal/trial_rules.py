@@ -20,10 +20,10 @@ from lumos.storage import validate_name
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import PRUNE, STOP
 from lumos.tune._internal.errors import MetricNotReportedError, TrialErrorRecord, TuneConfigError
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.metrics import finite_or_none
 from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.stoppers import Stopper
-from lumos.tune._internal.trial import LiveTrial
 from lumos.tune._internal.trial_journal import NameRecord
 
 _LOST_KINDS = {"WorkerDied": FailureKind.ACTOR_DIED, "WorkerHung": FailureKind.HUNG}

@@ -13,6 +13,7 @@ from fsspec import AbstractFileSystem
 
 from lumos.runtime import PoolFactory, WorkerPoolProtocol, ensure_ray
 from lumos.storage import RunStorage
+from lumos.tune._internal import messages
 from lumos.tune._internal.callbacks import Callback, setup_callbacks
 from lumos.tune._internal.config import RunConfig, TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
@@ -25,13 +26,15 @@ from lumos.tune._internal.experiment import (
     study_journal_path,
 )
 from lumos.tune._internal.journal import FsJournal
+from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.progress import ConsoleReporter
 from lumos.tune._internal.ray_compat import combine_stops
 from lumos.tune._internal.result import ResultGrid
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
-from lumos.tune._internal.session import SweepInfo, TrialRunner
+from lumos.tune._internal.session import TrialRunner
 from lumos.tune._internal.trainable import as_function
-from lumos.tune._internal.trial import LiveTrial, snapshots
+from lumos.tune._internal.trial_spec import SweepInfo
+from lumos.tune._internal.trial_views import snapshots
 from lumos.tune._internal.tuner_state import (
     load_tuner_state,
     save_tuner_state,
@@ -395,8 +398,7 @@ class _Sweep:
         if exp.resumed:
             done = sum(1 for t in exp.trials if t.status.is_finished)
             reporter.console.print(
-                f"Resuming experiment {self.storage.uri}: {done} finished trial(s) kept, "
-                f"{sum(1 for t in exp.trials if not t.status.is_finished)} to resume",
+                messages.resuming(self.storage.uri, done, len(exp.trials) - done),
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -413,7 +415,7 @@ class _Sweep:
                 if state is not None:
                     self.storage.save_state(state.model_copy(update={"status": status}))
             except Exception:
-                logger.warning("could not record the experiment status", exc_info=True)
+                logger.warning(messages.STATUS_NOT_RECORDED, exc_info=True)
         all_trials = self.controller.trials if self.controller is not None else []
         if self.callbacks:
             frozen = snapshots(all_trials)

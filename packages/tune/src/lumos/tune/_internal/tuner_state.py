@@ -9,6 +9,7 @@ import posixpath
 from typing import Any
 
 from lumos.storage import RunStorage
+from lumos.tune._internal import messages
 
 logger = logging.getLogger("lumos.tune")
 
@@ -49,6 +50,6 @@ def load_tuner_state(storage: RunStorage) -> dict[str, Any]:
     try:
         state = cloudpickle.loads(data)
     except Exception:
-        logger.warning("could not read %s; give param_space and tune_config", path, exc_info=True)
+        logger.warning(messages.unreadable_tuner_state(path), exc_info=True)
         return {}
     return dict(state) if isinstance(state, dict) else {}

@@ -210,3 +210,84 @@ def waiting_min_workers_line(have: int, min_workers: int) -> str:
         f"{have} worker(s) left, below min_workers={min_workers}: waiting for resources "
         "to start more"
     )
+
+
+def launch_failed_line(error: BaseException) -> str:
+    """A step of starting an attempt failed (the failure policy decides what follows)."""
+    return f"{type(error).__name__}: {error}"
+
+
+def gave_up_line(text: str) -> str:
+    """The line when the run ends without a retry for a reason of its own."""
+    return f"giving up: {text}"
+
+
+def validations_again_line(count: int) -> str:
+    """A resumed run runs the validations its previous driver left pending."""
+    return f"running {count} unfinished checkpoint validation(s) again"
+
+
+NO_VALIDATION_CONFIG = "this fit() has no validation_config, so it could not run again"
+"""Why a pending validation of a resumed run failed."""
+
+
+def removed_uploads_line(removed: Sequence[str]) -> str:
+    """An ended run removed checkpoint uploads that never committed."""
+    return f"removed unfinished checkpoint upload(s) {list(removed)}"
+
+
+def moving_line(reason: str) -> str:
+    """A fixed-size group moves (starts anew) at a checkpoint boundary."""
+    return f"moving every rank to a new group ({reason})"
+
+
+def grow_reason_text(extra: int, reason: str) -> str:
+    """Why an elastic group grows at the next checkpoint (the resize line shows it)."""
+    return f"capacity for {extra} more worker(s) ({reason})"
+
+
+def local_line(world_size: int) -> str:
+    """The first line of a local-mode attempt."""
+    if world_size == 1:
+        return "local mode (num_workers=0): running the training function in this process"
+    return (
+        f"local mode under torchrun: {world_size} ranks, one per process; "
+        "rank 0 commits the checkpoints"
+    )
+
+
+def run_failed_text(name: str, message: str) -> str:
+    """The text of a ``TrainingFailedError``."""
+    return f"Training run {name!r} failed: {message}"
+
+
+def storage_failed_text(error: BaseException) -> str:
+    """Why a run failed when its storage did."""
+    return f"storage failed: {error}"
+
+
+def launch_failure_text(step: str, error: BaseException) -> str:
+    """The failure of a step of starting an attempt (``WorkerFailure.message``)."""
+    return f"could not {step}: {type(error).__name__}: {error}"
+
+
+TORCHRUN_WAIT_TEXT = (
+    "under torchrun, a checkpoint uploaded with checkpoint_upload_mode=ASYNC is committed "
+    "(and a validation's end is announced) at the ranks' next train.report() (or when the "
+    "function returns); call get_all_reported_checkpoints() after that report, or use "
+    "checkpoint_upload_mode=SYNC and consistency_mode=COMMITTED"
+)
+"""Why a wait for a notice fails under torchrun (no rank can commit alone)."""
+
+
+def uneven_ranks_text(ended: Sequence[int], still: Sequence[int]) -> str:
+    """Local mode: some ranks returned while others still report."""
+    return (
+        f"rank(s) {list(ended)} returned while rank(s) {list(still)} still call "
+        "train.report(); every rank must call train.report() the same number of times"
+    )
+
+
+def upload_failed_text(ranks: Sequence[int]) -> str:
+    """Local mode: a rank's background checkpoint upload failed."""
+    return f"the checkpoint upload of rank(s) {list(ranks)} failed"

@@ -1,4 +1,9 @@
-"""What a ``TrainController`` runs: one ``ControllerSpec`` (built by ``fit()``)."""
+"""What one ``fit()`` runs: a :class:`RunSpec` (every backend) plus a backend's own part.
+
+``DataParallelTrainer.fit`` builds one ``RunSpec`` for the run core (``core.py``) and
+wraps it in the backend's spec: :class:`ControllerSpec` for the Ray controller, or
+``local.LocalSpec`` for local mode and torchrun.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,13 @@ from lumos.train._internal.console import Console
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-    from lumos.runtime import FailurePolicy, GroupFactory, ScalingPolicy, WorkerGroupSpec
+    from lumos.runtime import (
+        FailurePolicy,
+        GroupFactory,
+        ResizePolicy,
+        ScalingPolicy,
+        WorkerGroupSpec,
+    )
     from lumos.runtime.context import JobContext
     from lumos.storage import Checkpoint, RetentionPolicy, RunState, RunStorage
     from lumos.train._internal.callback import Callback
@@ -25,7 +36,7 @@ RestartStrategy = Literal["replace_failed", "full_group"]
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    """Timing knobs of the controller (not user-facing; tests shorten them).
+    """Timing knobs of the driver (not user-facing; tests shorten them).
 
     Attributes:
         poll_interval_s: Longest wait in one poll; bounds how late a stop request or
@@ -45,23 +56,17 @@ class ControllerSettings:
 
 
 @dataclass(frozen=True)
-class ControllerSpec:
-    """Everything one run's controller needs.
+class RunSpec:
+    """What every backend runs the same way: the function, the storage, the checks.
 
     Attributes:
-        train_fn: The user's per-worker function.
+        train_fn: The user's per-rank function.
         config: The ``train_loop_config`` passed to it.
         pass_config: Whether ``train_fn`` takes the config argument.
-        group_spec: The worker group to start (``num_workers`` from the ScalingConfig).
         storage: The run's storage.
-        run_state: Its state when ``fit()`` started (new, or loaded to resume).
-        group_factory: Starts a worker group (``WorkerGroup.start`` or a fake's).
-        failure_policy: Decides RETRY or RAISE after each failure.
         worker_storage: ``(storage_path, filesystem or None)`` as configured, for the
-            workers (no filesystem object is shipped when none was given).
+            ranks (no filesystem object is shipped when none was given).
         retention: Which committed checkpoints to keep (``None``: all).
-        backend: Framework set-up around the function (the torch process group).
-        restart_strategy: ``"replace_failed"`` or ``"full_group"``.
         callbacks: Driver-side callbacks.
         job_context: The enclosing job (a Tune trial), or ``None``.
         console: Where state lines go.
@@ -69,28 +74,18 @@ class ControllerSpec:
         resume_from_checkpoint: The trainer's starting checkpoint (fine-tuning), used
             until the run commits a checkpoint of its own.
         validation_config: The trainer's ``ValidationConfig``, or ``None``.
-        validation_launcher: Starts validation tasks (built from ``validation_config``
-            on first use: a Ray task; unit tests pass threads).
+        validation_launcher: Starts validation tasks, built from ``validation_config``
+            on first use (a Ray task; threads in local mode and unit tests).
         health_checks: ``RunConfig.health_checks``.
         max_rollbacks: ``FailureConfig.max_rollbacks`` (``-1``: unlimited).
-        scaling_policy: Decides an elastic group's size (``None``: fixed size).
-        resize_interval_s: How often a running elastic group asks ``scaling_policy``.
-        max_preemption_failures: Deaths of ranks under a preemption notice the run
-            may recover from, apart from ``max_failures`` (``-1``: unlimited).
     """
 
     train_fn: Callable[..., Any]
     config: dict[str, Any] | None
     pass_config: bool
-    group_spec: WorkerGroupSpec
     storage: RunStorage
-    run_state: RunState
-    group_factory: GroupFactory
-    failure_policy: FailurePolicy
     worker_storage: tuple[str, AbstractFileSystem | None]
     retention: RetentionPolicy | None = None
-    backend: Backend = field(default_factory=Backend)
-    restart_strategy: RestartStrategy = "replace_failed"
     callbacks: tuple[Callback, ...] = ()
     job_context: JobContext | None = None
     console: Console = field(default_factory=lambda: Console(0))
@@ -100,6 +95,32 @@ class ControllerSpec:
     validation_launcher: Callable[[ValidationConfig], ValidationLauncher] | None = None
     health_checks: tuple[HealthCheck, ...] = ()
     max_rollbacks: int = 3
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """The Ray controller's part: the worker group and its policies.
+
+    Attributes:
+        run: What every backend shares.
+        run_state: The run's state when ``fit()`` started (new, or loaded to resume).
+        group_spec: The worker group to start.
+        group_factory: Starts a worker group (``WorkerGroup.start`` or a fake's).
+        failure_policy: Decides RETRY or RAISE after each failure.
+        resize_policy: When the group moves or grows, and the preemption budget.
+        backend: Framework set-up around the function (the torch process group).
+        restart_strategy: ``"replace_failed"`` or ``"full_group"``.
+        scaling_policy: Decides an elastic group's size (``None``: fixed size).
+        resize_interval_s: How often a running elastic group asks ``scaling_policy``.
+    """
+
+    run: RunSpec
+    run_state: RunState
+    group_spec: WorkerGroupSpec
+    group_factory: GroupFactory
+    failure_policy: FailurePolicy
+    resize_policy: ResizePolicy
+    backend: Backend = field(default_factory=Backend)
+    restart_strategy: RestartStrategy = "replace_failed"
     scaling_policy: ScalingPolicy | None = None
     resize_interval_s: float = 60.0
-    max_preemption_failures: int = -1

@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lumos.runtime import WorkerFailure
+    from lumos.runtime import MoveDecision, WorkerFailure
     from lumos.storage import CheckpointRecord
     from lumos.train._internal.controller.health_monitor import Fired
-    from lumos.train._internal.controller.scaling import Move
     from lumos.train._internal.errors import TrainingFailedError
     from lumos.train._internal.result import Result
 
@@ -39,18 +38,27 @@ class SchedulingState(ControllerState):
         resume_from: the checkpoint every rank resumes from.
         keep_group: relaunch on the running group, whose failed ranks were already
             replaced; ``False`` starts a new worker group.
+        cleanup: remove the ended attempt's uploads that never committed first.
+        after: ``"rollback"`` or ``"resize"`` when the attempt follows one (the console
+            says how long it took, from ``since``: ``time.monotonic()``).
+        since: when that rollback or resize began.
     """
 
     attempt: int
     resume_from: CheckpointRecord | None
     keep_group: bool = False
+    cleanup: bool = False
+    after: str | None = None
+    since: float = 0.0
 
 
 @dataclass(frozen=True)
 class RunningState(ControllerState):
-    """The training function runs on every worker."""
+    """The training function runs on every worker (``said_waiting``: the console said
+    that the run waits for its last validations)."""
 
     attempt: int
+    said_waiting: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,11 +69,13 @@ class RestartingState(ControllerState):
         failures: what failed (one entry per failed rank).
         attempt: the attempt that failed.
         ended_ranks: ranks whose training thread already ended (they need no stop).
+        stragglers: a rank did not end within ``stop_grace_s`` (start a new group).
     """
 
     failures: tuple[WorkerFailure, ...]
     attempt: int
     ended_ranks: frozenset[int] = field(default_factory=frozenset)
+    stragglers: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,7 @@ class ResizingState(ControllerState):
         ended_ranks: ranks whose training thread already ended (they need no stop).
     """
 
-    move: Move
+    move: MoveDecision
     attempt: int
     ended_ranks: frozenset[int] = field(default_factory=frozenset)
 

@@ -18,7 +18,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from lumos.train._internal.backend import Backend
-from lumos.train._internal.session import TrainContext, WorkerHooks
+from lumos.train._internal.session import WorkerHooks
+from lumos.train._internal.train_context import TrainContext
 
 if TYPE_CHECKING:
     from lumos.runtime import WorkerGroupProtocol
