@@ -254,7 +254,18 @@ def test_a_checkpoint_that_a_finished_rank_never_reported_fails_clearly(tmp_path
     # test_report_aggregator.py; here rank 0 reports after rank 1 returned
     config = {"key": f"{tmp_path}:uneven"}
     train_fns.EVENTS[config["key"]] = threading.Event()
-    trainer = make(train_fns.uneven_checkpoints, config, tmp_path, FakeCluster())
+    # In process (FakeCluster): the function holds an Event, so it must pickle by
+    # reference, whether or not a Ray test registered train_fns to pickle by value.
+    from ray import cloudpickle
+
+    by_value = train_fns.__name__ in cloudpickle.list_registry_pickle_by_value()
+    if by_value:
+        cloudpickle.unregister_pickle_by_value(train_fns)
+    try:
+        trainer = make(train_fns.uneven_checkpoints, config, tmp_path, FakeCluster())
+    finally:
+        if by_value:
+            cloudpickle.register_pickle_by_value(train_fns)
     with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] returned without"):
         trainer.fit()
 
