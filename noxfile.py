@@ -10,6 +10,7 @@ optuna, and ``lumos-tune`` alone without torch.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -57,6 +58,7 @@ TEST_ENV = {
 }
 
 
+@functools.cache
 def _pip_sources() -> dict[str, str]:
     """pip's find-links and extra index URLs (env and config files) as uv's variables.
 
@@ -94,7 +96,7 @@ def _pip_sources() -> dict[str, str]:
 
 def _install(session: nox.Session, *specs: str) -> None:
     if session.venv_backend == "uv":
-        session.install(*CONSTRAINTS, *specs, env=_pip_sources())
+        session.install(*CONSTRAINTS, *specs, env=dict(_pip_sources()))
     else:
         session.install(*CONSTRAINTS, *specs)
 

@@ -38,7 +38,7 @@ from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.core import RunCore
 from lumos.train._internal.controller.seam import RollbackRequest, RunBroken, Verdict
 from lumos.train._internal.datasets import DataHooks
-from lumos.train._internal.errors import CheckpointReportError, TrainError
+from lumos.train._internal.errors import CheckpointReportError, TrainError, TrainingFailedError
 from lumos.train._internal.local_exchange import (
     Exchange,
     env,
@@ -419,13 +419,9 @@ class _LocalRun:
         """Rank 0: carry out the rollback a health check asked for (or fail the run)."""
         core = self._rank0()
         assert driver.fired is not None
-        plan = core.health.plan(driver.fired)
-        if plan.error is not None:
-            text = str(plan.error)
-            core.console.info(messages.gave_up_line(text))
-            core.end_attempt("errored", text)
-            raise core.failed_error(text, {-1: plan.error})
-        core.end_attempt("rolled_back", plan.why)
+        plan = core.plan_rollback(driver.fired)
+        if isinstance(plan, TrainingFailedError):
+            raise plan
         self._resume = core.roll_back(plan)
         core.delete_uncommitted()  # uploads of the abandoned reports
         self._rolled_back_at = plan.since

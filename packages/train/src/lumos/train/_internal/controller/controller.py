@@ -58,6 +58,7 @@ from lumos.train._internal.controller.state import (
     RunningState,
     SchedulingState,
 )
+from lumos.train._internal.errors import TrainingFailedError
 from lumos.train._internal.session import run_train_worker
 from lumos.train._internal.wire import RankReport, decode
 
@@ -257,14 +258,9 @@ class TrainController:
 
     def _rollback(self, state: RollingBackState) -> ControllerState:
         """Stop the ranks (their processes stay) and restart them from an earlier checkpoint."""
-        plan = self.core.health.plan(state.fired)
-        if plan.error is not None:
-            text = str(plan.error)
-            self.console.info(messages.gave_up_line(text))
-            self.core.end_attempt("errored", text)
-            error = self.core.failed_error(text, {-1: plan.error}, self.failures_so_far)
-            return ErroredState(error)
-        self.core.end_attempt("rolled_back", plan.why)
+        plan = self.core.plan_rollback(state.fired, self.failures_so_far)
+        if isinstance(plan, TrainingFailedError):
+            return ErroredState(plan)
         keep_group = self._wind_down(sorted(state.dead_ranks), state.ended_ranks)
         resume = self.core.roll_back(plan)  # no rank writes any more
         return SchedulingState(

@@ -67,6 +67,7 @@ from lumos.train._internal.wire import commit_message, validated_message
 if TYPE_CHECKING:
     from lumos.runtime import FailureDecision, WorkerFailure
     from lumos.storage import Checkpoint, CheckpointRecord, RunState
+    from lumos.train._internal.controller.health_monitor import Fired
     from lumos.train._internal.controller.spec import RunSpec
     from lumos.train._internal.controller.validations import Outcome
     from lumos.train._internal.result import Result
@@ -233,7 +234,11 @@ class RunCore:
     def parent_stop(self) -> BaseException | None:
         """The error to stop with when the parent job (a Tune trial) stopped the run."""
         ctx = self.run.job_context
-        return ctx.stop_error() if ctx is not None and ctx.stop_event.is_set() else None
+        return ctx.stop_error() if ctx is not None and self._parent_stopped() else None
+
+    def stopped_from_outside(self, error: BaseException) -> bool:
+        """Whether ``error`` means a stop (Ctrl-C, a stop request, the parent job's)."""
+        return self._parent_stopped() or isinstance(error, KeyboardInterrupt | StopRequested)
 
     # -- ending attempts --------------------------------------------------------------------
     def end_attempt(self, status: AttemptStatus, text: str | None) -> None:
@@ -254,6 +259,19 @@ class RunCore:
         checkpoint = self.book.checkpoint(resume) if resume else None
         for cb in self.run.callbacks:
             cb.on_restart(self.attempt.index + 1, checkpoint)
+
+    def plan_rollback(self, fired: Fired, failures: int = 0) -> RollbackPlan | TrainingFailedError:
+        """End the attempt for the rollback ``fired`` asks for and return its plan; or,
+        when no rollback is left (``max_rollbacks``, no earlier checkpoint), end it
+        errored and return the run's error (``failures``: the failures so far)."""
+        plan = self.health.plan(fired)
+        if plan.error is not None:
+            text = str(plan.error)
+            self.console.info(messages.gave_up_line(text))
+            self.end_attempt("errored", text)
+            return self.failed_error(text, {-1: plan.error}, failures)
+        self.end_attempt("rolled_back", plan.why)
+        return plan
 
     def roll_back(self, plan: RollbackPlan) -> CheckpointRecord | None:
         """Carry a rollback out once no rank writes any more; returns where to resume."""
@@ -305,7 +323,7 @@ class RunCore:
         self._safe(lambda: self.end_attempt(status, text))
         self._safe(lambda: self.book.set_status(status))
         if clean:
-            self._safe(self._delete_uncommitted)
+            self._safe(lambda: self.delete_uncommitted(announce=True))
         if isinstance(error, KeyboardInterrupt):
             why = "stopped by SIGTERM" if isinstance(error, DriverTerminated) else "interrupted"
             self.console.info(messages.interrupted_line(self.run.storage.name, why))
@@ -313,9 +331,12 @@ class RunCore:
             self._safe(lambda cb=cb: cb.on_finish(None, error))  # type: ignore[misc]
         return error
 
-    def delete_uncommitted(self) -> None:
-        """Remove checkpoint directories no committed state names (no rank writes)."""
-        self.book.delete_uncommitted()
+    def delete_uncommitted(self, *, announce: bool = False) -> None:
+        """Remove checkpoint directories no committed state names (no rank writes);
+        ``announce``: say which on the console (at the run's end)."""
+        removed = self.book.delete_uncommitted()
+        if removed and announce:
+            self.console.info(messages.removed_uploads_line(removed))
 
     def failed_error(
         self, message: str, worker_errors: dict[int, BaseException], failures: int = 0
@@ -379,16 +400,9 @@ class RunCore:
             verdict = verdict or found
         return verdict
 
-    def stopped_from_outside(self, error: BaseException) -> bool:
-        """Whether ``error`` means a stop (Ctrl-C, a stop request, the parent job's)."""
+    def _parent_stopped(self) -> bool:
         ctx = self.run.job_context
-        stopped = ctx is not None and ctx.stop_event.is_set()
-        return stopped or isinstance(error, KeyboardInterrupt | StopRequested)
-
-    def _delete_uncommitted(self) -> None:
-        removed = self.book.delete_uncommitted()
-        if removed:
-            self.console.info(messages.removed_uploads_line(removed))
+        return ctx is not None and ctx.stop_event.is_set()
 
     def _safe(self, fn: Callable[[], Any]) -> None:
         try:
