@@ -171,3 +171,41 @@ def test_racing_acquirers_on_local_disk_get_exactly_one_lease(tmp_path) -> None:
         t.join(timeout=120)
     assert len(won) == 1
     assert len(lost) == 7
+
+
+def test_a_driver_that_lost_its_lease_writes_nothing_more(location) -> None:
+    # Soak finding: a driver stopped past its lease (SIGSTOP) was taken over, was
+    # resumed, and went on committing, and its retention deleted the new driver's
+    # checkpoints. Its writes are fenced: the first one after the takeover fails.
+    from lumos.storage import RunState
+
+    clock = FakeClock()
+    stale = location.storage("fenced")
+    stale.acquire_lease(holder="stale", ttl_s=10, clock=clock)
+    stale.save_state(RunState(name="fenced"))
+    clock.now += 11  # stopped: no renewal for longer than ttl_s
+    owner = RunStorage(stale.storage_path, "fenced", stale.fs)
+    lease = owner.acquire_lease(holder="owner", ttl_s=10, clock=clock)
+    owner.save_state(RunState(name="fenced", report_count=7))
+    for write in (
+        lambda: stale.save_state(RunState(name="fenced", report_count=1)),
+        lambda: stale.delete_uncommitted(),
+        lambda: stale.append_metrics([{"step": 1}], 0),
+    ):
+        with pytest.raises(LeaseHeldError, match="lost the lease"):
+            write()
+    state = owner.load_state()
+    assert state is not None
+    assert state.report_count == 7
+    lease.release()
+
+
+def test_a_late_renewal_that_finds_the_lease_free_goes_on(location) -> None:
+    from lumos.storage import RunState
+
+    clock = FakeClock()
+    storage = location.storage("late")
+    storage.acquire_lease(holder="late", ttl_s=10, clock=clock)
+    clock.now += 11  # late, but nobody took the run over
+    storage.save_state(RunState(name="late"))  # renews first, then writes
+    assert storage.load_state() is not None

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -303,3 +304,25 @@ def test_rename_checkpoint(location, make_local_dir) -> None:
     assert not fs.exists(storage.checkpoint_path("c"))
     assert fs.cat_file(storage.checkpoint_path("c.rolled-back-1") + "/a/f") == b"1"
     storage.rename_checkpoint("missing", "other")  # nothing to move
+
+
+def test_delete_uncommitted_aborts_multipart_uploads_a_killed_writer_left(s3: Any) -> None:
+    # Soak finding: a worker killed mid-upload left an S3 multipart upload "in
+    # progress" forever (its parts kept, never completed or aborted).
+    bucket = s3.create_bucket()
+    fs = s3.filesystem()
+    storage = RunStorage(f"{bucket}/runs", "mp", fs)
+    other = RunStorage(f"{bucket}/runs", "other-run", fs)
+    backend = fs
+
+    def start(key: str) -> None:
+        backend.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+
+    start("runs/mp/step=40/shard-0.pt")
+    start("runs/other-run/step=1/shard-0.pt")  # another run's: left alone
+    storage.delete_uncommitted()
+    out = backend.call_s3("list_multipart_uploads", Bucket=bucket)
+    assert [u["Key"] for u in out.get("Uploads", [])] == ["runs/other-run/step=1/shard-0.pt"]
+    assert other.delete_uncommitted() == []
+    out = backend.call_s3("list_multipart_uploads", Bucket=bucket)
+    assert out.get("Uploads", []) == []

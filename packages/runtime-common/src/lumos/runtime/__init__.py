@@ -95,6 +95,13 @@ if TYPE_CHECKING:
         format_resources as format_resources,
         user_resources as user_resources,
     )
+    from lumos.runtime._internal.run_claim import (
+        ClaimRules as ClaimRules,
+        RunClaim as RunClaim,
+        claim_run as claim_run,
+        finished_text as finished_text,
+        unique_run_name as unique_run_name,
+    )
     from lumos.runtime._internal.session import (
         WorkerInfo as WorkerInfo,
         WorkerSession as WorkerSession,
@@ -118,6 +125,7 @@ _ERRORS = "lumos.runtime._internal.errors"
 _EVENTS = "lumos.runtime._internal.events"
 _POLICIES = "lumos.runtime._internal.policies"
 _PROTOCOLS = "lumos.runtime._internal.protocols"
+_RUN_CLAIM = "lumos.runtime._internal.run_claim"
 _SPEC = "lumos.runtime._internal.spec"
 
 _LAZY: dict[str, str] = {
@@ -163,6 +171,11 @@ _LAZY: dict[str, str] = {
     "ResizeResult": "lumos.runtime._internal.resize",
     "format_resources": "lumos.runtime._internal.resources",
     "user_resources": "lumos.runtime._internal.resources",
+    "ClaimRules": _RUN_CLAIM,
+    "RunClaim": _RUN_CLAIM,
+    "claim_run": _RUN_CLAIM,
+    "finished_text": _RUN_CLAIM,
+    "unique_run_name": _RUN_CLAIM,
     "MoveDecision": "lumos.runtime._internal.resize_policy",
     "ResizePolicy": "lumos.runtime._internal.resize_policy",
     "WorkerInfo": "lumos.runtime._internal.session",

@@ -49,6 +49,20 @@ if TYPE_CHECKING:
         CheckpointConfig as CheckpointConfig,
         RetentionPolicy as RetentionPolicy,
     )
+    from lumos.storage._internal.retried import (
+        AppendOnlyFile as AppendOnlyFile,
+        retried_copy_tree as retried_copy_tree,
+        retried_download as retried_download,
+        retried_exists as retried_exists,
+        retried_find as retried_find,
+        retried_isdir as retried_isdir,
+        retried_ls as retried_ls,
+        retried_makedirs as retried_makedirs,
+        retried_put_file as retried_put_file,
+        retried_read as retried_read,
+        retried_rm as retried_rm,
+        retried_write as retried_write,
+    )
     from lumos.storage._internal.retry import (
         RetryPolicy as RetryPolicy,
         get_retry_policy as get_retry_policy,
@@ -70,6 +84,7 @@ _ERRORS = "lumos.storage._internal.errors"
 _FILESYSTEM = "lumos.storage._internal.filesystem"
 _JSONABLE = "lumos.storage._internal.jsonable"
 _RETENTION = "lumos.storage._internal.retention"
+_RETRIED = "lumos.storage._internal.retried"
 _RETRY = "lumos.storage._internal.retry"
 _STATE = "lumos.storage._internal.state"
 
@@ -90,6 +105,18 @@ _LAZY: dict[str, str] = {
     "validate_name": "lumos.storage._internal.names",
     "CheckpointConfig": _RETENTION,
     "RetentionPolicy": _RETENTION,
+    "AppendOnlyFile": _RETRIED,
+    "retried_copy_tree": _RETRIED,
+    "retried_download": _RETRIED,
+    "retried_exists": _RETRIED,
+    "retried_find": _RETRIED,
+    "retried_isdir": _RETRIED,
+    "retried_ls": _RETRIED,
+    "retried_makedirs": _RETRIED,
+    "retried_put_file": _RETRIED,
+    "retried_read": _RETRIED,
+    "retried_rm": _RETRIED,
+    "retried_write": _RETRIED,
     "RetryPolicy": _RETRY,
     "get_retry_policy": _RETRY,
     "is_transient": _RETRY,

@@ -6,6 +6,7 @@ Usage::
     lumos show ~/lumos_results/run-42          # config, attempts, failures, checkpoints, metrics
     lumos show s3://bucket/sweeps/sweep-7 --json
     lumos dashboard ~/lumos_results/sweep-7    # optuna-dashboard on 127.0.0.1:8080
+    lumos migrate train.py scripts/            # Ray Train / Tune code -> lumos (--dry-run: a diff)
 
 Train runs are read here. Sweeps are read by lumos-tune's :class:`CliPlugin`, found
 through the ``lumos.cli`` entry point group (``pip install lumos-tune``).

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lumos.runtime._internal.errors import RuntimeConfigError
+from lumos.runtime._internal.run_claim import IF_EXISTS_CHOICES, IfExists
 from lumos.storage import CheckpointConfig, validate_name
 
 DEFAULT_STORAGE_PATH = "~/lumos_results"
@@ -55,10 +56,13 @@ class RunConfig(BaseModel):
     """Where a job writes, what it is called, how it recovers and what it prints.
 
     ``RunConfig(storage_path, name)`` identifies a job: running it again with the
-    same pair resumes it.
+    same pair resumes it (``if_exists`` says otherwise).
 
     Args:
-        name: The job's directory under ``storage_path`` (default: a readable unique name).
+        name: The job's directory under ``storage_path``. Default: a readable name
+            that is new each time, ``"<prefix>-<UTC time>-<6 hex digits>"`` (if it is
+            taken, another is drawn: two jobs started in the same second, in one
+            script or two processes, never share a directory).
         storage_path: Local directory or fsspec URL (``s3://bucket/runs``). Default:
             the enclosing job's directory (a Train run inside a Tune trial), else
             ``~/lumos_results``.
@@ -68,6 +72,12 @@ class RunConfig(BaseModel):
         callbacks: Driver-side callbacks of the package (``train.Callback``, ``tune.Callback``).
         verbose: ``0`` silent, ``1`` concise state lines (default), ``2`` more detail;
             ``True``/``False`` mean 1/0.
+        if_exists: What ``fit()`` does when ``name`` already holds a job:
+            ``"resume"`` (default) resumes it if it is the same job (Tune compares the
+            trainable, metric, mode, search space and sampler; if they differ the
+            stored one is kept and this one runs beside it as ``name-2``), and a
+            finished one returns its stored result; ``"error"`` refuses; ``"new"``
+            starts a new job beside it (``name-2``, ``name-3``, ...).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -82,6 +92,18 @@ class RunConfig(BaseModel):
     checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
     callbacks: list[Any] = Field(default_factory=list)
     verbose: int = Field(default=1, ge=0, le=2)
+    if_exists: IfExists = "resume"
+
+    @field_validator("if_exists", mode="before")
+    @classmethod
+    def _check_if_exists(cls, value: Any) -> Any:
+        if not isinstance(value, str) or value not in IF_EXISTS_CHOICES:
+            raise RuntimeConfigError(
+                f"if_exists={value!r} is not allowed; use 'resume' (default: resume a "
+                "stored job of that name), 'error' (refuse) or 'new' (start a new job "
+                "beside it)"
+            )
+        return value
 
     @field_validator("name")
     @classmethod

@@ -1,4 +1,5 @@
-"""The ``lumos`` command: ``ls``, ``show`` and ``dashboard`` over stored runs.
+"""The ``lumos`` command: ``ls``, ``show`` and ``dashboard`` over stored runs, and
+``migrate`` (Ray Train / Tune scripts to lumos: ``migrate_cli.py``).
 
 lumos-storage owns the command and the runs it knows (Train runs: any run state).
 A package that stores its own kind of run (lumos-tune: sweeps) registers a
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,6 +32,7 @@ from lumos.storage._internal import cli_messages as messages, run_view
 from lumos.storage._internal.cli_messages import fmt_best, fmt_value
 from lumos.storage._internal.errors import MissingBackendError, StorageError, StorageUsageError
 from lumos.storage._internal.jsonable import json_default
+from lumos.storage._internal.migrate_cli import migrate_paths
 from lumos.storage._internal.run_view import KNOWN_OWNERS, NotARunError, StoredRun
 
 ENTRY_POINT_GROUP = "lumos.cli"
@@ -244,12 +247,13 @@ def _render_run(detail: dict[str, Any], console: Console) -> None:
 
 app = typer.Typer(
     name="lumos",
-    help="Look at lumos runs (Train) and sweeps (Tune) in any storage path, local or s3://.",
+    help="Look at lumos runs (Train) and sweeps (Tune) in any storage path, local or s3://; "
+    "migrate scripts from Ray Train / Ray Tune.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-"""The ``lumos`` command (a Typer app: ``ls``, ``show``, ``dashboard``)."""
+"""The ``lumos`` command (a Typer app: ``ls``, ``show``, ``dashboard``, ``migrate``)."""
 
 EndpointOption = Annotated[
     str | None,
@@ -377,6 +381,30 @@ def dashboard_command(
         code = plugin.dashboard(stored, DashboardOptions(host, port, journal_file, print_command))
     if code:
         raise typer.Exit(code)
+
+
+@app.command("migrate")
+def migrate_command(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="PATH", help="Python files, or folders to search for *.py (recursively)."
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print a unified diff and write nothing.")
+    ] = False,
+) -> None:
+    """Rewrite Ray Train / Ray Tune imports and calls to lumos, in place.
+
+    Comments and formatting stay. Names lumos lacks are left alone, with a warning
+    naming the file and line. Exit code 1 when a file could not be parsed (skipped).
+    """
+    run = migrate_paths(paths, dry_run)
+    if run.missing:
+        raise typer.Exit(EXIT_USAGE)
+    if run.failed:
+        raise typer.Exit(EXIT_ERROR)
 
 
 def main() -> None:

@@ -158,3 +158,34 @@ def delete_if_match(fs: AbstractFileSystem, path: str, etag: str) -> bool:
         return True
 
     return _retried("conditional delete", fs, path, delete)
+
+
+def abort_multipart_uploads(fs: AbstractFileSystem, path: str) -> list[str]:
+    """Abort the S3 multipart uploads in progress under ``path``; returns their keys.
+
+    An upload cut off by a killed worker (or a server restart) stays "in progress" on
+    S3 until someone aborts it, holding its parts' storage. Call it only when no rank
+    writes under ``path`` (a run's cleanup of its uncommitted uploads). A no-op on
+    stores other than S3.
+    """
+    backend = conditional_backend(fs)
+    if backend is None:
+        return []
+    bucket, prefix, _version = backend.split_path(path)
+    prefix = prefix.rstrip("/") + "/"
+
+    def listing() -> list[dict[str, Any]]:
+        out = backend.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
+        return list(out.get("Uploads", []) or [])
+
+    def abort(key: str, upload_id: str) -> Callable[[], Any]:
+        return lambda: backend.call_s3(
+            "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id
+        )
+
+    aborted: list[str] = []
+    for upload in retry_call("list multipart uploads", path, listing):
+        key = str(upload["Key"])
+        retry_call("abort multipart upload", f"{bucket}/{key}", abort(key, upload["UploadId"]))
+        aborted.append(key)
+    return aborted

@@ -107,6 +107,8 @@ class Lease:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renewed_at = clock()  # the lease runs ttl_s from here (acquire, renew)
+        self._lost_error: LeaseHeldError | None = None
         # None: unknown yet; False: the store has no conditional writes (fall back).
         self._conditional: bool | None = None if cw.conditional_backend(fs) else False
 
@@ -273,13 +275,44 @@ class Lease:
         with self._lock, self._exclusive():
             if self._released:
                 raise RuntimeError(f"lease of run {self.run!r} was already released")
-            if self._conditional:
-                self._renew_conditional()
-                return
-            current = self._read()
-            if current is not None and current.get("token") != self.token:
-                raise self._lost(current)
-            fsu.atomic_write_bytes(self._fs, self._path, json.dumps(self._doc()).encode())
+            try:
+                if self._conditional:
+                    self._renew_conditional()
+                else:
+                    current = self._read()
+                    if current is not None and current.get("token") != self.token:
+                        raise self._lost(current)
+                    payload = json.dumps(self._doc()).encode()
+                    fsu.atomic_write_bytes(self._fs, self._path, payload)
+            except LeaseHeldError as exc:
+                self._lost_error = exc
+                raise
+            self._renewed_at = self._clock()
+
+    def ensure_held(self) -> None:
+        """Fence a write of the run: raise unless this lease is still ours.
+
+        A driver that was stopped (SIGSTOP, a VM pause, a late renewal) for longer than
+        ``ttl_s`` may have been taken over; it must not write the run again. A lease
+        whose last renewal is older than ``ttl_s`` is renewed here first (that fails
+        when another driver holds it now). A released lease fences nothing.
+
+        Raises:
+            LeaseHeldError: The lease was lost: another driver owns the run.
+        """
+        if self._released:
+            return
+        if self._lost_error is None and self._clock() - self._renewed_at > self.ttl_s * 0.8:
+            try:
+                self.renew()
+            except LeaseHeldError:
+                pass  # recorded as lost below
+        if self._lost_error is not None:
+            raise self._error(
+                {},
+                f"this driver lost the lease of run {self.run!r} and writes nothing more "
+                f"to it ({self._lost_error}); the driver that holds it now owns the run",
+            )
 
     def start_renewing(self, interval_s: float | None = None) -> None:
         """Renew in a daemon thread every ``interval_s`` (default ``ttl_s / 3``) until released."""

@@ -4,8 +4,9 @@ Every storage call of lumos-storage that the train and tune packages use goes
 through ``retry_call`` (directly or via the helpers in ``filesystem.py``). A
 transient error (throttling, connection reset, HTTP 5xx, timeout) is retried with
 full-jitter exponential back-off, capped in attempts and in total time; anything
-else, or a transient error past the budget, raises ``StorageIOError`` naming the
-operation, the path and the cause.
+else (a full disk, ``ENOSPC``, included), or a transient error past the budget, raises
+``StorageIOError`` naming the operation, the path and the cause. The other packages
+reach this through the ``retried_*`` helpers of ``retried.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ _TRANSIENT_ERRNOS = frozenset(
         "EINTR",
     )
     if hasattr(errno, name)
+)
+
+# errno values that no retry fixes, whatever else the error says: a full disk or quota,
+# a read-only filesystem, a file past the size limit. ENOSPC's StorageIOError says so.
+_PERMANENT_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG") if hasattr(errno, name)
+)
+
+_DISK_FULL_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name)
 )
 
 _PERMANENT_TYPES: tuple[type[BaseException], ...] = (
@@ -129,6 +140,8 @@ def _transient_one(exc: BaseException) -> bool | None:
     by_response = _client_error_transient(exc)
     if by_response is not None:
         return by_response
+    if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
+        return False
     if isinstance(exc, (TimeoutError, ConnectionError)):
         return True
     if isinstance(exc, _PERMANENT_TYPES):
@@ -238,6 +251,31 @@ def set_retry_policy(policy: RetryPolicy) -> RetryPolicy:
     return previous
 
 
+def _errno_in_chain(exc: BaseException, wanted: frozenset[int]) -> int | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in wanted:
+            return current.errno
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_cause(exc: BaseException) -> str:
+    """``exc`` for a ``StorageIOError``'s cause: its type and message, plus what a full
+    disk (``ENOSPC``, ``EDQUOT``) means."""
+    text = f"{type(exc).__name__}: {exc}"
+    code = _errno_in_chain(exc, _DISK_FULL_ERRNOS)
+    if code is not None:
+        name = errno.errorcode.get(code, str(code))
+        text += (
+            f" ({name}: no space left on device: the disk or quota is full; free space there "
+            "or point the storage path at a volume with room)"
+        )
+    return text
+
+
 def retry_call(
     operation: str,
     path: str,
@@ -280,7 +318,7 @@ def retry_call(
             raise StorageIOError(
                 operation,
                 path,
-                f"{type(exc).__name__}: {exc}",
+                describe_cause(exc),
                 transient=transient,
                 attempts=attempt,
                 elapsed_s=time.monotonic() - start,

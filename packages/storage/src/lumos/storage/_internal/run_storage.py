@@ -12,7 +12,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage._internal import filesystem as fsu, metrics_log
+from lumos.storage._internal import conditional as cw, filesystem as fsu, metrics_log
 from lumos.storage._internal.checkpoint import Checkpoint
 from lumos.storage._internal.errors import StorageUsageError
 from lumos.storage._internal.lease import LEASE_FILE, Lease
@@ -74,6 +74,7 @@ class RunStorage:
         self.run_path = fsu.join(self.storage_path, self.name)
         self.state_dir = fsu.join(self.run_path, STATE_DIR)
         self.max_workers = fsu.DEFAULT_MAX_WORKERS
+        self._lease: Lease | None = None  # held by this process: fences its writes
 
     # -- paths ----------------------------------------------------------------
     @property
@@ -151,6 +152,7 @@ class RunStorage:
 
     def save_state(self, state: RunState) -> None:
         """Write the run state atomically (tmp + fsync + rename locally; one put on object stores)."""
+        self._fence()
         if state.name != self.name:
             raise StorageUsageError(
                 f"state.name={state.name!r} does not match the run name {self.name!r}"
@@ -246,6 +248,7 @@ class RunStorage:
         A local move is one ``rename``; object stores copy then delete, so this costs
         the checkpoint's size there.
         """
+        self._fence()
         src, dst = self.checkpoint_path(dir_name), self.checkpoint_path(new_name)
         fsu.invalidate(self.fs, src)
         if not fsu.call("list", src, self.fs.exists, src):
@@ -269,6 +272,7 @@ class RunStorage:
         Args:
             dir_names: Names returned by ``commit_checkpoint(..., delete_dropped=False)``.
         """
+        self._fence()
         for name in dir_names:
             self._rm_dir(self.checkpoint_path(name))
 
@@ -305,17 +309,21 @@ class RunStorage:
     def delete_uncommitted(self, reserved: Iterable[str] = ()) -> list[str]:
         """Delete unfinished uploads (see ``list_uncommitted``) and return their names.
 
-        Also removes temporary files that an interrupted local state write left in ``_lumos/``.
+        Also removes temporary files that an interrupted local state write left in
+        ``_lumos/``, and aborts S3 multipart uploads left in progress under the run.
         """
+        self._fence()
         names = self.list_uncommitted(reserved)
         for name in names:
             self._rm_dir(fsu.join(self.run_path, name))
+        cw.abort_multipart_uploads(self.fs, self.run_path)  # cut off by a killed writer
         if fsu.is_local(self.fs) and os.path.isdir(self.state_dir):
             for root, _dirs, files in os.walk(self.state_dir):
                 for f in files:
                     if f.startswith(".") and ".tmp-" in f:
+                        tmp = os.path.join(root, f)
                         try:
-                            os.unlink(os.path.join(root, f))
+                            fsu.call("delete", tmp, os.unlink, tmp)
                         except FileNotFoundError:
                             pass
         return names
@@ -344,6 +352,7 @@ class RunStorage:
         ``start_index`` lies inside the history (a run resumed from an earlier
         checkpoint) replaces the rows from there on.
         """
+        self._fence()
         metrics_log.write_rows(self.fs, self._metrics_dir, rows, start_index)
 
     def merge_metrics(self, index: int, metrics: dict[str, Any]) -> None:
@@ -353,6 +362,7 @@ class RunStorage:
         validation. A later chunk that rewrites the history from ``index`` or earlier
         (a resumed run reporting again) supersedes the merge.
         """
+        self._fence()
         metrics_log.write_merge(self.fs, self._metrics_dir, index, metrics)
 
     def read_metrics(self) -> list[dict[str, Any]]:
@@ -387,7 +397,13 @@ class RunStorage:
             clock=clock,
         )
         lease._acquire()
+        self._lease = lease
         return lease
+
+    def _fence(self) -> None:
+        """Refuse to write the run once this process lost its lease (see ``Lease.ensure_held``)."""
+        if self._lease is not None:
+            self._lease.ensure_held()
 
     @contextlib.contextmanager
     def leased(self, holder: str | None = None) -> Iterator[Lease]:
@@ -418,7 +434,7 @@ class RunStorage:
         return f"RunStorage(uri={self.uri!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "_lease": None}  # a lease stays with its process
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -18,6 +18,7 @@ from fsspec import AbstractFileSystem
 
 from lumos.storage._internal import filesystem as fsu
 from lumos.storage._internal.errors import StorageError, StorageUsageError
+from lumos.storage._internal.retried import retried_exists, retried_ls
 from lumos.storage._internal.run_storage import STATE_DIR, STATE_FILE, RunStorage
 from lumos.storage._internal.state import CheckpointRecord, RunState
 
@@ -93,17 +94,13 @@ def _state_file(fs: AbstractFileSystem, run_path: str) -> str:
 def _has_state(fs: AbstractFileSystem, run_path: str) -> bool:
     fsu.invalidate(fs, fsu.join(run_path, STATE_DIR))
     try:
-        return bool(fs.exists(_state_file(fs, run_path)))
-    except OSError:
+        return retried_exists(fs, _state_file(fs, run_path))
+    except OSError:  # StorageIOError included: unreadable counts as no run here
         return False
 
 
 def _child_dirs(fs: AbstractFileSystem, path: str) -> list[str]:
-    fsu.invalidate(fs, path)
-    try:
-        entries = fs.ls(path, detail=True)
-    except FileNotFoundError:
-        return []
+    entries = retried_ls(fs, path, detail=True)
     names = {
         posixpath.basename(str(e["name"]).rstrip("/"))
         for e in entries
@@ -155,8 +152,7 @@ def find_runs(path: str, endpoint_url: str | None = None) -> tuple[AbstractFileS
     fs, native = open_location(path, endpoint_url)
     if _has_state(fs, native):
         return fs, [native]
-    fsu.invalidate(fs, native)
-    if not fs.exists(native):
+    if not retried_exists(fs, native):
         raise NotARunError(
             f"{path!r} does not exist: give a storage path (the RunConfig(storage_path=...) "
             "of your runs) or one run's directory"
