@@ -187,19 +187,33 @@ def test_dead_actor_counts_as_a_failure_and_is_retried(tmp_path: Any) -> None:
     assert trial.errors[0].exc_type == "WorkerDied"
 
 
-def test_fail_fast_stops_the_sweep_and_raises(tmp_path: Any) -> None:
-    def script(spec: TrialSpec) -> list[Step]:
-        if spec.trial_id == "00001":
-            return [fail("bad config")]
-        return [report({"loss": 1.0}) for _ in range(50)]
+def _one_bad_trial(spec: TrialSpec) -> list[Step]:
+    if spec.trial_id == "00001":
+        return [fail("bad config")]
+    return [report({"loss": 1.0}) for _ in range(50)]
 
-    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=10, fail_fast=True)
-    ctl, ex = make_controller(str(tmp_path), script, cfg)
-    with pytest.raises(tune.TuneFailedError, match="fail_fast=True") as info:
+
+def test_fail_fast_raise_stops_the_sweep_and_raises(tmp_path: Any) -> None:
+    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=10, fail_fast="raise")
+    ctl, ex = make_controller(str(tmp_path), _one_bad_trial, cfg)
+    with pytest.raises(tune.TuneFailedError, match="fail_fast='raise'") as info:
         ctl.run()
     assert [e.error_message for e in info.value.errors] == ["bad config"]
     assert len(ex.started) == 2  # nothing new started after the failure
     assert "00000" in ex.stopped  # the other running trial was asked to stop
+
+
+def test_fail_fast_true_stops_the_sweep_and_returns(tmp_path: Any) -> None:
+    # Ray's split: fail_fast=True ends the sweep; fit() returns the grid with the error.
+    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=10, fail_fast=True)
+    ctl, ex = make_controller(str(tmp_path), _one_bad_trial, cfg)
+    trials = ctl.run()
+    assert len(ex.started) == 2  # nothing new started after the failure
+    assert "00000" in ex.stopped
+    by_id = {t.trial_id: t for t in trials}
+    assert by_id["00001"].status is TrialStatus.ERROR
+    assert by_id["00001"].errors[0].error_message == "bad config"
+    assert by_id["00000"].status is TrialStatus.TERMINATED
 
 
 def test_metric_never_reported_is_a_clear_error(tmp_path: Any) -> None:
@@ -319,7 +333,7 @@ def test_the_waiting_message_names_only_the_resources_a_user_asks_for() -> None:
     line = waiting_for_resources(["trial_00001"], resources)
     assert "_group_" not in line
     assert "node:" not in line
-    assert "{'CPU': 2.0, 'GPU': 1.0, 'memory': 1000000000.0, 'accelerator': 1.0}" in line
+    assert "needs CPU=2, GPU=1, memory=953.67MiB, accelerator=1 and" in line
     buf = io.StringIO()
     reporter = ConsoleReporter(["loss"], file=buf, force_terminal=False)
     reporter.waiting_for_resources([LiveTrial(1, {}, {}, "/e/trial_00001")], resources)

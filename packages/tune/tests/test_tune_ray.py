@@ -228,7 +228,7 @@ def test_trials_wait_for_resources_and_the_console_says_why(
     assert grid.num_terminated == 2
     out = capsys.readouterr().out
     assert "waiting for resources" in out
-    assert "{'CPU': 3.0}" in out
+    assert "needs CPU=3 and" in out
 
 
 DRIVER = textwrap.dedent(

@@ -1,8 +1,10 @@
 """Ray Tune's own example scripts (shipped in the ray wheel, no download) run under lumos
-with only their imports rewritten from ``ray.tune`` to ``lumos.tune``."""
+as ``lumos migrate`` rewrites them (for most, only their imports change from ``ray.tune``
+to ``lumos.tune``), one after the other in one HOME and the default storage."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -37,24 +39,58 @@ def rewrite(source: str) -> str:
     return re.sub(r"^from ray\.tune", "from lumos.tune", source, flags=re.M)
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_ray_example_runs_with_only_its_imports_changed(name: str, tmp_path: Any) -> None:
+# Scripts beyond the list above (lumos migrate rewrites them: other imports than
+# ``ray.tune`` alone): Optuna single and multi-objective, HyperBand over a class that
+# shares its sweep name with hyperband_function_example.
+MORE_SCRIPTS = ["optuna_example", "optuna_multiobjective_example", "hyperband_example"]
+
+# As a user runs them: one after the other, one HOME, the default storage. Two of them
+# (hyperband_example, hyperband_function_example) name their sweep "hyperband_test".
+IN_ORDER = [*MORE_SCRIPTS, *SCRIPTS]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: Any) -> Path:
+    return Path(tmp_path_factory.mktemp("home"))
+
+
+@pytest.mark.parametrize("name", IN_ORDER)
+def test_ray_example_runs_migrated_in_one_shared_home(name: str, home: Path) -> None:
+    from lumos.storage.migrate import migrate_source
+
     source = (EXAMPLES / f"{name}.py").read_text()
-    script = tmp_path / f"{name}.py"
-    script.write_text(rewrite(source))
-    assert "from ray import tune" not in script.read_text()
+    migrated = migrate_source(source)
+    assert not migrated.warnings, migrated.warnings
+    if name in SCRIPTS:  # only their imports change
+        assert migrated.code == rewrite(source)
+    script = home / f"{name}.py"
+    script.write_text(migrated.code)
     # Its own cluster: a bare ray.init() would join any cluster running on the machine
     # (this session's, or another job's) and then reject the script's num_cpus.
-    env = dict(os.environ, RAY_ADDRESS="local")
-    env.update(HOME=str(tmp_path), RAY_USAGE_STATS_ENABLED="0")
+    env = dict(os.environ, RAY_ADDRESS="local", HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
     run = subprocess.run(
         [sys.executable, str(script), "--smoke-test"],
         env=env,
-        cwd=tmp_path,
+        cwd=home,
         capture_output=True,
         text=True,
         timeout=400,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Best hyperparameters" in run.stdout
-    assert (tmp_path / "lumos_results").is_dir()  # lumos ran it, not Ray Tune
+    assert (home / "lumos_results").is_dir()  # lumos ran it, not Ray Tune
+    if name == "hyperband_function_example":  # after hyperband_example, same name
+        said = " ".join(run.stdout.split())  # the console may wrap the line
+        assert "starting this one as 'hyperband_test-2' beside it" in said, said[-2000:]
+
+
+def test_the_two_hyperband_test_sweeps_were_kept_apart(home: Path) -> None:
+    results = home / "lumos_results"
+    stored = {p.name for p in results.iterdir() if p.name.startswith("hyperband_test")}
+    assert stored == {"hyperband_test", "hyperband_test-2"}
+    for name, trainable in [
+        ("hyperband_test", "MyTrainableClass"),
+        ("hyperband_test-2", "train_func"),
+    ]:
+        state = json.loads((results / name / "_lumos" / "tuner.json").read_text())
+        assert state["trainable"] == trainable

@@ -131,11 +131,11 @@ def test_retries_follow_the_runtime_failure_policy_and_say_why(
 
 
 def test_fail_fast_text_carries_the_policys_reason(tmp_path: Any) -> None:
-    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=1, fail_fast=True)
+    cfg = tune.TuneConfig(metric="loss", mode="min", num_samples=1, fail_fast="raise")
     ctl, _ = make_controller(str(tmp_path), _fails_then_reports, cfg, max_failures=0)
     with pytest.raises(tune.TuneFailedError) as info:
         ctl.run()
     message = str(info.value)
     assert "exceeded FailureConfig(max_failures=0) after 1 failure(s)" in message
-    assert "TuneConfig(fail_fast=True)" in message
+    assert "FailureConfig(fail_fast='raise')" in message
     assert [type(e) for e in info.value.errors] == [tune.TrialError]

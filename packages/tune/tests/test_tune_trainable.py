@@ -86,10 +86,12 @@ def test_stop_criteria_end_a_trainable_without_done(tmp_path: Any) -> None:
 
 
 def test_with_parameters_objects_reach_setup(tmp_path: Any, monkeypatch: Any) -> None:
-    from lumos.tune._internal import trainable as trainable_module
-    from lumos.tune._internal.wrappers import WithParameters
+    from lumos.tune._internal.wrappers import SharedObjects, parameters_class
 
-    wrapped = WithParameters(trainable_module.as_function(Counter), {})
-    wrapped._objects = {"offset": 100.0}  # as fetched from the object store
+    shared = SharedObjects({})
+    shared.values = {"offset": 100.0}  # as fetched from the object store
+    wrapped = parameters_class(Counter, shared)
+    assert issubclass(wrapped, Counter)
+    assert wrapped.__name__ == "Counter"
     grid = _fit(tmp_path, wrapped, "params")
     assert grid[0].metrics["x"] == 106.0

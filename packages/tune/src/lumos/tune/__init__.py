@@ -32,11 +32,14 @@ from lumos.tune._version import __version__ as __version__
 if TYPE_CHECKING:
     from lumos.storage import Checkpoint as Checkpoint
     from lumos.tune import (
+        integration as integration,
         integrations as integrations,
         logger as logger,
+        result as result,
         schedulers as schedulers,
         search as search,
         stopper as stopper,
+        utils as utils,
     )
     from lumos.tune._internal.callbacks import (
         Callback as Callback,
@@ -62,6 +65,11 @@ if TYPE_CHECKING:
         TuneTypeError as TuneTypeError,
     )
     from lumos.tune._internal.pbt import PopulationBasedTraining as PopulationBasedTraining
+    from lumos.tune._internal.ray_names import (
+        TuneContext as TuneContext,
+        create_scheduler as create_scheduler,
+        create_searcher as create_searcher,
+    )
     from lumos.tune._internal.result import Result as Result, ResultGrid as ResultGrid
     from lumos.tune._internal.sample import (
         choice as choice,
@@ -83,6 +91,7 @@ if TYPE_CHECKING:
         get_context as get_context,
         report as report,
     )
+    from lumos.tune._internal.stoppers import Stopper as Stopper
     from lumos.tune._internal.study import (
         export_study_journal as export_study_journal,
         load_study as load_study,
@@ -116,6 +125,9 @@ _LAZY: dict[str, str] = {
     "TuneError": "lumos.tune._internal.errors",
     "TuneFailedError": "lumos.tune._internal.errors",
     "PopulationBasedTraining": "lumos.tune._internal.pbt",
+    "TuneContext": "lumos.tune._internal.ray_names",
+    "create_scheduler": "lumos.tune._internal.ray_names",
+    "create_searcher": "lumos.tune._internal.ray_names",
     "Result": "lumos.tune._internal.result",
     "ResultGrid": "lumos.tune._internal.result",
     "choice": "lumos.tune._internal.sample",
@@ -135,17 +147,21 @@ _LAZY: dict[str, str] = {
     "get_checkpoint": "lumos.tune._internal.session",
     "get_context": "lumos.tune._internal.session",
     "report": "lumos.tune._internal.session",
+    "Stopper": "lumos.tune._internal.stoppers",
     "export_study_journal": "lumos.tune._internal.study",
     "load_study": "lumos.tune._internal.study",
     "Trial": "lumos.tune._internal.trial",
     "TrialStatus": "lumos.tune._internal.trial",
     "Trainable": "lumos.tune._internal.trainable",
     "Tuner": "lumos.tune._internal.tuner",
+    "integration": "lumos.tune.integration",
     "integrations": "lumos.tune.integrations",
     "logger": "lumos.tune.logger",
+    "result": "lumos.tune.result",
     "schedulers": "lumos.tune.schedulers",
     "search": "lumos.tune.search",
     "stopper": "lumos.tune.stopper",
+    "utils": "lumos.tune.utils",
     "with_parameters": "lumos.tune._internal.wrappers",
     "with_resources": "lumos.tune._internal.wrappers",
 }

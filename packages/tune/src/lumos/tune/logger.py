@@ -22,8 +22,12 @@ from lumos.tune._internal.trackers import MLflowLoggerCallback, WandbLoggerCallb
 __all__ = [
     "CSVLoggerCallback",
     "JSONLoggerCallback",
+    "JsonLoggerCallback",
     "LoggerCallback",
     "MLflowLoggerCallback",
     "TBXLoggerCallback",
     "WandbLoggerCallback",
 ]
+
+JsonLoggerCallback = JSONLoggerCallback
+"""Ray's spelling (``ray.tune.logger.JsonLoggerCallback``) of :class:`JSONLoggerCallback`."""

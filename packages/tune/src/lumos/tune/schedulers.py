@@ -26,6 +26,7 @@ from lumos.tune._internal.ray_compat import (
     MedianStoppingRule,
     PrunerScheduler,
 )
+from lumos.tune._internal.ray_names import create_scheduler
 
 __all__ = [
     "ASHAScheduler",
@@ -35,4 +36,5 @@ __all__ = [
     "MedianStoppingRule",
     "PopulationBasedTraining",
     "PrunerScheduler",
+    "create_scheduler",
 ]

@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+from lumos.tune._internal.plateau_stopper import ExperimentPlateauStopper
 from lumos.tune._internal.stoppers import (
     CombinedStopper,
     FunctionStopper,
@@ -19,6 +20,7 @@ from lumos.tune._internal.stoppers import (
 
 __all__ = [
     "CombinedStopper",
+    "ExperimentPlateauStopper",
     "FunctionStopper",
     "MaximumIterationStopper",
     "NoopStopper",

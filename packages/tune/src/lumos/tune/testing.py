@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lumos.storage import CheckpointRecord, RunState, RunStorage
+from lumos.storage import CheckpointRecord, RunState, RunStorage, retried_write
 from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.executor import Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.session import ITERATION_KEY
@@ -154,9 +154,8 @@ class ScriptedExecutor:
         assert self.storage is not None
         trial = self.storage.child(run.spec.directory)
         path = trial.checkpoint_path(dir_name)
-        trial.fs.makedirs(path, exist_ok=True)
         content = json.dumps({"config": run.spec.config, "iteration": run.iteration})
-        trial.fs.pipe_file(f"{path}/state.json", content.encode())
+        retried_write(trial.fs, f"{path}/state.json", content.encode())
         state = trial.load_state() or RunState(name=run.spec.directory)
         record = CheckpointRecord(dir_name=dir_name, metrics=metrics, report_index=run.iteration)
         trial.commit_checkpoint(state, record)

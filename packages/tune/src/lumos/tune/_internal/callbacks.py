@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import inspect
 import io
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -12,9 +13,19 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage import Checkpoint, is_local, resolve_filesystem
+from lumos.storage import (
+    AppendOnlyFile,
+    Checkpoint,
+    StorageIOError,
+    is_local,
+    resolve_filesystem,
+    retried_put_file,
+    retried_write,
+)
 from lumos.tune._internal.journal import dumps
 from lumos.tune._internal.trial import Trial
+
+logger = logging.getLogger("lumos.tune")
 
 
 class Callback:
@@ -195,14 +206,16 @@ class _TrialFileLogger(Callback):
     """Writes one file per trial into its directory.
 
     On a local filesystem the file is appended as results arrive; on other
-    filesystems (no append) it is written once when the trial ends.
+    filesystems (no append) it is written once when the trial ends. Writes are
+    retried (lumos-storage's policy) and best effort: one that fails for good is
+    logged as a warning, and the sweep goes on.
     """
 
     filename = ""
 
     def __init__(self) -> None:
         self._fs: AbstractFileSystem | None = None
-        self._files: dict[str, io.TextIOBase] = {}
+        self._files: dict[str, AppendOnlyFile] = {}
         self._buffers: dict[str, io.StringIO] = {}
 
     def setup(self, experiment_path: str, filesystem: AbstractFileSystem) -> None:
@@ -211,29 +224,32 @@ class _TrialFileLogger(Callback):
     def _path(self, trial: Trial) -> str:
         return trial.path.rstrip("/") + "/" + self.filename
 
-    def _stream(self, trial: Trial) -> io.TextIOBase:
+    def _write(self, trial: Trial, text: str) -> None:
+        """Append ``text`` to the trial's file (local) or to its buffer (elsewhere)."""
         key = trial.trial_name
         if self._fs is None:
             self._fs, _ = resolve_filesystem(trial.path)
-        if is_local(self._fs):
-            f = self._files.get(key)
-            if f is None:
-                os.makedirs(trial.path, exist_ok=True)
-                f = open(self._path(trial), "a", encoding="utf-8", newline="")  # noqa: SIM115
-                self._files[key] = f
-            return f
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = io.StringIO()
-        return buf
+        if not is_local(self._fs):
+            self._buffers.setdefault(key, io.StringIO()).write(text)
+            return
+        f = self._files.get(key)
+        if f is None:
+            f = self._files[key] = AppendOnlyFile(self._path(trial))
+        try:
+            f.append(text.encode("utf-8"))
+        except StorageIOError as exc:
+            logger.warning("%s: result not logged: %s", type(self).__name__, exc)
 
     def _close(self, trial: Trial) -> None:
         f = self._files.pop(trial.trial_name, None)
-        if f is not None:
-            f.close()
         buf = self._buffers.pop(trial.trial_name, None)
-        if buf is not None and self._fs is not None:
-            self._fs.pipe_file(self._path(trial), buf.getvalue().encode("utf-8"))
+        try:
+            if f is not None:
+                f.close()
+            if buf is not None and self._fs is not None:
+                retried_write(self._fs, self._path(trial), buf.getvalue().encode("utf-8"))
+        except StorageIOError as exc:
+            logger.warning("%s: %s not written: %s", type(self).__name__, self.filename, exc)
 
     def on_trial_complete(self, trial: Trial) -> None:
         self._close(trial)
@@ -257,9 +273,7 @@ class JSONLoggerCallback(_TrialFileLogger):
     filename = "result.json"
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
-        stream = self._stream(trial)
-        stream.write(dumps(result) + "\n")
-        stream.flush()
+        self._write(trial, dumps(result) + "\n")
 
 
 class CSVLoggerCallback(_TrialFileLogger):
@@ -279,7 +293,7 @@ class CSVLoggerCallback(_TrialFileLogger):
         self._fields: dict[str, list[str]] = {}
 
     def on_trial_result(self, trial: Trial, result: dict[str, Any]) -> None:
-        stream = self._stream(trial)
+        stream = io.StringIO()
         fields = self._fields.get(trial.trial_name)
         writer_header = False
         if fields is None:
@@ -289,7 +303,7 @@ class CSVLoggerCallback(_TrialFileLogger):
         if writer_header:
             writer.writeheader()
         writer.writerow({k: result.get(k, "") for k in fields})
-        stream.flush()
+        self._write(trial, stream.getvalue())
 
     def _close(self, trial: Trial) -> None:
         self._fields.pop(trial.trial_name, None)
@@ -347,7 +361,11 @@ class TBXLoggerCallback(Callback):
         writer.close()
         if self._fs is not None and not is_local(self._fs):
             for name in os.listdir(logdir):
-                self._fs.put_file(os.path.join(logdir, name), trial.path.rstrip("/") + "/" + name)
+                target = trial.path.rstrip("/") + "/" + name
+                try:
+                    retried_put_file(self._fs, os.path.join(logdir, name), target)
+                except StorageIOError as exc:
+                    logger.warning("TBXLoggerCallback: %s not uploaded: %s", name, exc)
 
     def on_trial_complete(self, trial: Trial) -> None:
         self._close(trial)

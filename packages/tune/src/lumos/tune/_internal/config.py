@@ -81,12 +81,15 @@ class RunConfig(runtime.RunConfig):
     """Where the experiment lives and how it reports.
 
     Running the same script again with the same ``storage_path`` and ``name``
-    resumes the experiment: finished trials are kept, unfinished ones resume from
-    their last checkpoint and the Optuna study keeps its history.
+    resumes the experiment if it is the same sweep (trainable, metric, mode, search
+    space, sampler): finished trials are kept, unfinished ones resume from their last
+    checkpoint and the Optuna study keeps its history. Another sweep stored under
+    that name is kept untouched and this one runs beside it (``name-2``).
 
     Args:
         name: Experiment name (a directory under ``storage_path``). Default:
-            ``"<trainable name>-<UTC timestamp>"`` (a new experiment each run).
+            ``"<trainable name>-<UTC timestamp>-<6 hex digits>"`` (a new experiment
+            each run, even two started in the same second).
         storage_path: Local path or fsspec URL (``s3://bucket/sweeps``); default
             ``~/lumos_results``.
         storage_filesystem: An fsspec filesystem to use instead of guessing from the URL.
@@ -95,6 +98,10 @@ class RunConfig(runtime.RunConfig):
         callbacks: :class:`~lumos.tune.Callback` objects called in the driver.
         verbose: 0 silent, 1 progress table and summary, 2 also one line per finished trial.
         stop: As ``TuneConfig(stop=...)`` (Ray Tune puts it here); not both.
+        if_exists: When ``name`` already holds an experiment: ``"resume"`` (default)
+            resumes it if it is the same sweep (a finished one returns its stored
+            results), else runs this sweep beside it as ``name-2``; ``"error"``
+            refuses; ``"new"`` always starts a new experiment beside it.
 
     Example:
         >>> tune.RunConfig(name="sweep-7", storage_path="s3://bucket/sweeps")
@@ -176,7 +183,10 @@ class TuneConfig(BaseModel):
             ``{"CPU": 1}``). A trial that launches a trainer needs little
             (``{"CPU": 0}`` or a number, meaning CPUs).
         points_to_evaluate: Configs (flat param names -> values) to try first.
-        fail_fast: Stop the sweep and raise at the first trial error (after retries).
+        fail_fast: At the first trial error (after retries): ``True`` stops the sweep and
+            ``fit()`` returns the ``ResultGrid`` with the errored trial (Ray's
+            ``FailureConfig(fail_fast=True)``); ``"raise"`` raises ``TuneFailedError``
+            with the trial's error.
         health_check_timeout_s: Deprecated: set
             ``RunConfig(failure_config=FailureConfig(health_check_timeout_s=...))``.
             Setting it here still works (it wins over the ``FailureConfig`` default)
@@ -210,7 +220,7 @@ class TuneConfig(BaseModel):
     stop: dict[str, float] | Callable[..., bool] | None = None
     trial_resources: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
     points_to_evaluate: list[dict[str, Any]] | None = None
-    fail_fast: bool = False
+    fail_fast: bool | Literal["raise"] = False
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     """Deprecated alias of ``FailureConfig.health_check_timeout_s``."""
 

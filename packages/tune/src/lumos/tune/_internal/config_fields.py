@@ -34,6 +34,7 @@ RUN_ONLY = [
     "checkpoint_config",
     "callbacks",
     "verbose",
+    "if_exists",
 ]
 
 # Ray Tune fields lumos has no use for, and why.

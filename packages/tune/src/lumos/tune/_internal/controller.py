@@ -43,11 +43,7 @@ from lumos.tune._internal.controller_api import (
     NullProgress,
     ProgressSink,
 )
-from lumos.tune._internal.errors import (
-    TrialError,
-    TrialErrorRecord,
-    TuneFailedError,
-)
+from lumos.tune._internal.errors import TrialErrorRecord
 from lumos.tune._internal.executor import Cancelled, Failed, Finished, Reported, TrialEvent
 from lumos.tune._internal.experiment import Experiment
 from lumos.tune._internal.heap import HeapTrimmer
@@ -59,7 +55,7 @@ from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.study_outcome import tell_study
 from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import EndRecord, ErrorRecord, ReportRecord, StartRecord
-from lumos.tune._internal.trial_rules import StopRules, TrialFailures
+from lumos.tune._internal.trial_rules import StopRules, TrialFailures, fail_fast_error
 from lumos.tune._internal.trial_source import TrialSource
 from lumos.tune._internal.trial_spec import TrialSpec
 from lumos.tune._internal.trial_views import SnapshotsView
@@ -148,7 +144,7 @@ class TuneController:
         """Run until every trial ended; returns all trials (restored ones included).
 
         Raises:
-            TuneFailedError: a trial failed and ``fail_fast`` is set.
+            TuneFailedError: a trial failed and ``fail_fast="raise"``.
             MetricNotReportedError: a trial never reported ``TuneConfig(metric=...)``.
         """
         try:
@@ -257,6 +253,8 @@ class TuneController:
         trial.optuna_trial = None
 
     def _on_report(self, trial: LiveTrial, ev: Reported) -> None:
+        if trial.stop_reason is not None:
+            return  # reported after its last result (stop met, pruned, budget spent)
         trial.apply_report(ev.iteration, ev.metrics, ev.checkpoint_dir)
         self.exp.trials_journal.append(
             ReportRecord(trial.number, ev.iteration, ev.metrics, ev.checkpoint_dir)
@@ -269,8 +267,6 @@ class TuneController:
             if ev.checkpoint_dir is not None:
                 checkpoint = Checkpoint(f"{trial.path}/{ev.checkpoint_dir}", self.exp.storage.fs)
                 self._outbox.tell(functools.partial(self.hooks.checkpoint, snapshot, checkpoint))
-        if trial.stop_reason is not None:
-            return
         reason = self.rules.after_report(trial, ev.iteration, ev.metrics)
         pbt = self.pbt
         if reason is None and pbt and pbt.after_report(trial, ev.metrics, self.trials):
@@ -348,8 +344,11 @@ class TuneController:
             self._retry(trial, decision)
             return
         self._end(trial, TrialStatus.ERROR)
-        if self.config.fail_fast and self._abort_error is None:
-            self._abort(self._fail_fast_error(trial, decision))
+        if self.config.fail_fast == "raise" and self._abort_error is None:
+            self._abort(fail_fast_error(trial, decision, self.trials))
+        elif self.config.fail_fast and not self._stopping:
+            logger.info(messages.fail_fast_stop(trial.trial_name))
+            self._abort(None)  # Ray's fail_fast=True: the sweep ends, fit() returns
 
     def _retry(self, trial: LiveTrial, decision: FailureDecision) -> None:
         self._running.pop(trial.trial_id, None)
@@ -357,15 +356,6 @@ class TuneController:
         trial.attempt += 1
         self._queue.appendleft(trial)
         logger.info(messages.trial_retried(trial.trial_name, decision.reason, trial.checkpoint_dir))
-
-    def _fail_fast_error(self, trial: LiveTrial, decision: FailureDecision) -> TuneFailedError:
-        why = decision.reason if not decision.should_retry else "the sweep was stopping"
-        errors = [e for t in self.trials if t.status is TrialStatus.ERROR for e in t.errors]
-        return TuneFailedError(
-            f"trial {trial.trial_name!r} failed ({why}) and TuneConfig(fail_fast=True) stops "
-            "the sweep; set fail_fast=False to let other trials go on",
-            [TrialError.from_record(e) for e in errors],
-        )
 
     def _end(self, trial: LiveTrial, status: TrialStatus) -> None:
         self._running.pop(trial.trial_id, None)
@@ -390,7 +380,7 @@ class TuneController:
         )
         self._heap.note()  # what the trial's run freed goes back to the OS
 
-    def _abort(self, error: BaseException) -> None:
+    def _abort(self, error: BaseException | None) -> None:
         if self._abort_error is None:
             self._abort_error = error
         self._stopping = True

@@ -159,7 +159,7 @@ class TrialError(TuneError):
 
 
 class TuneFailedError(TuneError):
-    """The sweep stopped because a trial failed and ``TuneConfig(fail_fast=True)``.
+    """The sweep stopped because a trial failed and ``fail_fast="raise"``.
 
     Attributes:
         errors: Every trial error seen so far.

@@ -27,7 +27,7 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import TrialState
 
-from lumos.storage import RunState, RunStorage
+from lumos.storage import RunState, RunStorage, retried_isdir
 from lumos.tune._internal import messages, optuna_bridge
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.errors import TuneConfigError
@@ -349,7 +349,7 @@ def nested_run_dirs(storage: RunStorage, names: list[str]) -> list[str]:
     for name in names:
         child = storage.child(name)
         try:
-            if child.fs.isdir(child.state_dir):
+            if retried_isdir(child.fs, child.state_dir):
                 out.append(name)
         except OSError:
             # Unknown: keep it (deleting a nested run loses its checkpoints).

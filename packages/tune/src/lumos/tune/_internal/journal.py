@@ -5,20 +5,25 @@ memory and written in batches (:meth:`FsJournal.flush`), so the per-trial path
 of the driver does no file I/O of its own; the driver flushes once per loop
 iteration in which a trial finished, and at least every ``flush_interval_s``.
 
-* Local filesystems: one JSON-lines file, appended with ``O_APPEND``. A torn
-  last line (the driver was killed mid-write) is cut off when the journal is
-  opened again. This is the exact format of Optuna's ``JournalFileBackend``, so
+* Local filesystems: one JSON-lines file, appended with ``O_APPEND``
+  (``lumos.storage.AppendOnlyFile``: a retried append that failed part-way is cut
+  off before it is written again, so no record lands twice). A torn last line (the
+  driver was killed mid-write) is cut off when the journal is opened again. This is the exact format of Optuna's ``JournalFileBackend``, so
   the study journal opens in ``optuna-dashboard <file>`` as it is.
 * Other filesystems (object stores have no append): each flush writes one
   immutable chunk ``<path>.d/<seq>.jsonl``; reading concatenates the chunks in
-  order. :func:`export_study_journal` merges them into one local file.
+  order. :func:`export_study_journal` merges them into one local file. A retried
+  flush PUTs the same chunk again (a whole-object write is idempotent), and a flush
+  that failed for good keeps its records buffered for the same chunk name.
+
+Every read and write goes through lumos-storage's retried helpers: transient errors
+(throttling, resets, timeouts) are retried; a permanent one raises ``StorageIOError``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import posixpath
 import sys
 import time
@@ -31,7 +36,16 @@ from optuna.storages.journal import BaseJournalBackend
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from lumos.storage import is_local, json_default
+from lumos.storage import (
+    AppendOnlyFile,
+    is_local,
+    json_default,
+    resolve_filesystem,
+    retried_exists,
+    retried_ls,
+    retried_read,
+    retried_write,
+)
 from lumos.tune._internal.optuna_bridge import journal_trials, trial_id_of
 
 STUDY_JOURNAL = "study.journal"
@@ -70,7 +84,7 @@ class FsJournal:
         self.local = is_local(fs)
         self.flush_interval_s = 0.0 if self.local else flush_interval_s
         self._buffer: list[str] = []
-        self._fd: int | None = None
+        self._file = AppendOnlyFile(path) if self.local and writable else None
         self._next_chunk = 0
         self._last_flush = 0.0
 
@@ -82,43 +96,35 @@ class FsJournal:
     def exists(self) -> bool:
         """Whether anything was ever written."""
         if self.local:
-            return os.path.exists(self.path)
-        try:
-            return bool(self.fs.ls(self.chunk_dir, detail=False))
-        except FileNotFoundError:
-            return False
+            return retried_exists(self.fs, self.path)
+        return bool(retried_ls(self.fs, self.chunk_dir))
 
     def read(self) -> list[dict[str, Any]]:
         """Every record written so far (repairs a torn tail on local files)."""
         if self.local:
             return self._read_local()
         records: list[dict[str, Any]] = []
-        try:
-            self.fs.invalidate_cache(self.chunk_dir)
-            names = sorted(self.fs.ls(self.chunk_dir, detail=False))
-        except FileNotFoundError:
-            names = []
-        for name in names:
+        for name in sorted(str(n) for n in retried_ls(self.fs, self.chunk_dir)):
             base = posixpath.basename(name)
             if not base.endswith(".jsonl"):
                 continue
             self._next_chunk = max(self._next_chunk, int(base.split(".")[0]) + 1)
-            text = self.fs.cat_file(name).decode("utf-8")
+            data = retried_read(self.fs, name)
+            if data is None:  # listed, then gone: chunks are never deleted, so never here
+                continue
+            text = data.decode("utf-8")
             records.extend(json.loads(line) for line in text.splitlines() if line.strip())
         return records
 
     def _read_local(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        data = retried_read(self.fs, self.path)
+        if data is None:
             return []
         end = data.rfind(b"\n") + 1
         if end != len(data):
-            if self.writable:
+            if self._file is not None:
                 # A driver died mid-write: drop the partial last line before appending again.
-                with open(self.path, "r+b") as f:
-                    f.truncate(end)
+                self._file.truncate(end)
             data = data[:end]
         records: list[dict[str, Any]] = []
         for line in data.splitlines():
@@ -149,17 +155,12 @@ class FsJournal:
         if not force and now - self._last_flush < self.flush_interval_s:
             return False
         data = ("\n".join(self._buffer) + "\n").encode("utf-8")
-        if self.local:
-            if self._fd is None:
-                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+        # Failing for good raises StorageIOError with the records still buffered.
+        if self._file is not None:
+            self._file.append(data)  # cut back and rewritten whole on a retry: once
         else:
             name = posixpath.join(self.chunk_dir, f"{self._next_chunk:010d}.jsonl")
-            self.fs.pipe_file(name, data)
+            retried_write(self.fs, name, data)  # one whole PUT: a retry repeats it
             self._next_chunk += 1
         self._buffer.clear()
         self._last_flush = now
@@ -168,12 +169,8 @@ class FsJournal:
     def close(self) -> None:
         """Flush, fsync (local) and close."""
         self.flush()
-        if self._fd is not None:
-            try:
-                os.fsync(self._fd)
-            finally:
-                os.close(self._fd)
-                self._fd = None
+        if self._file is not None:
+            self._file.close()
 
 
 class StudyJournalBackend(BaseJournalBackend):
@@ -378,8 +375,7 @@ def _only_waiting(states: Container[TrialState]) -> bool:
 def export_study_journal(journal: FsJournal, local_path: str) -> str:
     """Write the study journal as one local file that ``optuna-dashboard`` opens."""
     records = journal.read()
-    os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
-    with open(local_path, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(dumps(record) + "\n")
+    text = "".join(dumps(record) + "\n" for record in records)
+    local_fs, path = resolve_filesystem(local_path)
+    retried_write(local_fs, path, text.encode("utf-8"))
     return local_path

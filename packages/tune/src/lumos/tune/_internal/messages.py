@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lumos.runtime import user_resources
+from lumos.runtime import format_resources, user_resources
 
 STOP_ALL = "the stopper's stop_all() is true; stopping running trials"
 STATUS_NOT_RECORDED = "could not record the experiment status"
@@ -21,7 +21,7 @@ def waiting_for_resources(trial_names: Sequence[str], resources: Mapping[str, fl
     asks for is named: never Ray's placement-group or node resources)."""
     return (
         f"{', '.join(trial_names)}: waiting for resources: each trial's actor needs "
-        f"{user_resources(resources)} and the cluster has no room for it now (running "
+        f"{format_resources(user_resources(resources))} and the cluster has no room for it now (running "
         "trials, or the Train workers they started, hold the rest). Lower "
         "TuneConfig(max_concurrent_trials=...) or trial_resources, or add nodes."
     )
@@ -35,6 +35,15 @@ def trial_retried(trial_name: str, reason: str, checkpoint_dir: str | None) -> s
 def time_budget_spent(budget_s: float) -> str:
     """``TuneConfig(time_budget_s=...)`` ran out."""
     return f"time budget of {budget_s:.1f}s is spent; stopping running trials"
+
+
+def fail_fast_stop(trial_name: str) -> str:
+    """``FailureConfig(fail_fast=True)``: a trial failed, the sweep ends and returns."""
+    return (
+        f"trial {trial_name} failed and FailureConfig(fail_fast=True) ends the sweep: "
+        "stopping running trials; fit() returns the ResultGrid with the error "
+        "(fail_fast='raise' raises it instead)"
+    )
 
 
 def resuming(uri: str, finished: int, to_resume: int) -> str:

@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import logging
 import math
-import posixpath
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from fsspec import AbstractFileSystem
 
 from lumos.storage import (
     CheckpointRecord,
     RetentionPolicy,
     RunState,
     RunStorage,
+    retried_copy_tree,
+    retried_rm,
     to_jsonable,
 )
 from lumos.tune._internal import messages
@@ -194,11 +193,10 @@ class PbtRunner:
             latest = _donor_latest(donor, donor_storage)
             if latest is None:
                 return None
-            if fs.exists(dest):
-                fs.rm(dest, recursive=True)
+            retried_rm(fs, dest, recursive=True)  # a clone an earlier try left part-way
             latest_dir, latest_metrics = latest
             try:
-                copy_tree(fs, f"{donor_storage.run_path}/{latest_dir}", dest)
+                retried_copy_tree(fs, f"{donor_storage.run_path}/{latest_dir}", dest)
             except FileNotFoundError:
                 continue
             metrics = dict(latest_metrics)
@@ -255,21 +253,3 @@ def exploit_from_checkpoint(trial: LiveTrial, latest: CheckpointRecord) -> Explo
         new_config=dict(extra.get("config") or {}),
         operations=dict(extra.get("ops") or {}),
     )
-
-
-def copy_tree(fs: AbstractFileSystem, src: str, dest: str) -> None:
-    """Copy every file under ``src`` to the same relative path under ``dest``."""
-    src = src.rstrip("/")
-    files = fs.find(src)
-    if not files and not fs.exists(src):
-        raise FileNotFoundError(src)
-    fs.makedirs(dest, exist_ok=True)
-    for path in files:
-        rel = posixpath.relpath(_strip_protocol(fs, path), _strip_protocol(fs, src))
-        target = posixpath.join(dest, rel)
-        fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        fs.cp_file(path, target)
-
-
-def _strip_protocol(fs: AbstractFileSystem, path: str) -> str:
-    return str(fs._strip_protocol(path))

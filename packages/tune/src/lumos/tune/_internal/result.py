@@ -11,7 +11,7 @@ from fsspec import AbstractFileSystem
 from lumos.storage import Checkpoint, RunStorage
 from lumos.tune._internal.errors import TrialError, TuneConfigError, TuneError
 from lumos.tune._internal.live_trial import LiveTrial
-from lumos.tune._internal.metrics import flatten
+from lumos.tune._internal.metrics import finite_or_none, flatten
 from lumos.tune._internal.ranking import pareto_front, scope_window, scoped_value, signed_values
 from lumos.tune._internal.trial import ExploitRecord, Trial, TrialStatus
 from lumos.tune._internal.trial_views import HistoryView, checked_index
@@ -122,6 +122,26 @@ class Result:
         )
 
     @property
+    def filesystem(self) -> AbstractFileSystem:
+        """The fsspec filesystem that holds :attr:`path` (Ray's ``Result.filesystem``).
+
+        Ray returns a ``pyarrow.fs.FileSystem``; lumos stores on fsspec, so this is the
+        ``fsspec.AbstractFileSystem`` the trial wrote with (local disk for a local path).
+        ``fs.open``, ``fs.ls``, ``fs.exists`` take :attr:`path` as it is; pyarrow takes an
+        fsspec filesystem where it takes its own (``filesystem=result.filesystem``), and
+        pandas reads what ``result.filesystem.open(...)`` opens.
+
+        Example:
+            >>> result = grid.get_best_result()
+            >>> result.filesystem.ls(result.path)
+        """
+        if self._filesystem is not None:
+            return self._filesystem
+        from lumos.storage import resolve_filesystem
+
+        return resolve_filesystem(self.path or ".")[0]  # a Result built by hand
+
+    @property
     def best_checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
         """The trial's kept checkpoints with the metrics reported with each, oldest first.
 
@@ -140,6 +160,16 @@ class Result:
         if state is None:
             return []
         return [(storage.checkpoint(c.dir_name), dict(c.metrics)) for c in state.checkpoints]
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The kept checkpoint with the best ``metric`` (``mode``: ``"max"`` or ``"min"``;
+        the oldest of equal ones, as Ray), or None when no kept checkpoint reported it."""
+        if mode not in ("max", "min"):
+            raise TuneConfigError(f"get_best_checkpoint(mode={mode!r}): must be 'max' or 'min'")
+        sign = 1.0 if mode == "max" else -1.0
+        kept = [(finite_or_none(m.get(metric)), c) for c, m in self.best_checkpoints]
+        valid = [(sign * v, -i, c) for i, (v, c) in enumerate(kept) if v is not None]
+        return max(valid, key=lambda t: t[:2])[2] if valid else None
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:

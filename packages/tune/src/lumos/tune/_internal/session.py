@@ -9,7 +9,10 @@ the driver how it ended.
 ``tune.report`` emits ``(iteration, metrics, checkpoint_dir)`` to the driver
 without waiting for it. The driver answers a pruning or stop decision by
 setting the session's stop flag; the trial's next ``tune.report`` then raises
-``tune.TrialPruned``.
+``tune.TrialPruned``. When the driver judges every report (a pruner, a stopper),
+the report asks for a verdict and the *next* report waits for it
+(:meth:`TrialSession.settle`): the report that met a criterion is the trial's
+last, as in Ray, while training still overlaps the driver's round trip.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from lumos.runtime import CurrentSlot, context as job_context, worker as runtime_worker
-from lumos.storage import Checkpoint, CheckpointRecord, RunState, to_jsonable
+from lumos.storage import Checkpoint, CheckpointRecord, RunState, retried_rm, to_jsonable
 from lumos.tune._internal.trial_spec import SweepInfo, TrialContext, TrialSpec
 
 # How a trial function ended, as returned to the driver in FinishedEvent.result.
@@ -64,6 +67,9 @@ class TrialSession:
         self.stop_event = _stop_event_for(runtime_session)
         self._last_look = spec.pbt_last_look
         self._reached_stop = False
+        self._verdict_due = False  # the driver has yet to judge the previous report
+        # Ray fills in time_total_s; lumos does when a stop bound asks for it.
+        self._started = time.monotonic() if "time_total_s" in (sweep.stop or {}) else None
 
     # -- user API ----------------------------------------------------------------------
     @property
@@ -80,7 +86,7 @@ class TrialSession:
     ) -> None:
         """One report; ``nested_checkpoint``: the URL of a checkpoint a nested Train run
         committed with these metrics (see :meth:`report_nested`)."""
-        if self.should_stop:
+        if self.settle():
             self.stop_event.set()
             raise pruned_error(
                 f"trial {self.spec.trial_name!r} was ended early by the driver "
@@ -95,6 +101,8 @@ class TrialSession:
             it = self.iteration
             row = dict(metrics)
             row[ITERATION_KEY] = it
+            if self._started is not None:
+                row.setdefault("time_total_s", time.monotonic() - self._started)
             dir_name = None
             if checkpoint is not None:
                 dir_name = self._commit(checkpoint, row, it)
@@ -102,16 +110,41 @@ class TrialSession:
                 dir_name = self._nested_dir(nested_checkpoint)
             self._reached_stop = self._reached_stop or _reaches(row, self.sweep.stop)
             if not self._look_due(row):
-                self._session.emit((it, row, dir_name))
+                # Judged by the driver: the answer is read at the next report (settle()),
+                # so training goes on meanwhile and this report may still be the last.
+                self._verdict_due = self.sweep.judge_reports and not self._reached_stop
+                self._session.emit(
+                    (it, row, dir_name, True) if self._verdict_due else (it, row, dir_name)
+                )
                 return
             self._session.emit((it, row, dir_name, True))
-            verdict = self._session.receive()  # the driver's answer (a stop wakes it too)
+            verdict = self._receive_verdict()  # the driver's answer (a stop wakes it too)
         if verdict != GO:
             self.stop_event.set()
             raise pruned_error(
                 f"trial {self.spec.trial_name!r} was stopped by the driver "
                 "(population-based training clones another trial into it)"
             )
+
+    def settle(self) -> bool:
+        """Whether the trial must stop, once the driver judged its previous report.
+
+        With ``SweepInfo.judge_reports`` each report asks the driver for a verdict
+        (a pruner's, a stopper's) without waiting for it; the next report, or a class
+        ``Trainable`` right after its step's report, waits here for it. So a trial
+        never runs past the report that ended it: that report is its last result.
+        """
+        if self._verdict_due:
+            self._verdict_due = False
+            if self._receive_verdict() != GO:
+                self._reached_stop = True
+        return self.should_stop
+
+    def _receive_verdict(self) -> Any:
+        try:
+            return self._session.receive()
+        except runtime_worker.StopRequested:
+            return STOP
 
     def _look_due(self, row: dict[str, Any]) -> bool:
         """Whether population-based training looks at this report (then it waits)."""
@@ -159,9 +192,7 @@ class TrialSession:
         dir_name = f"checkpoint_{iteration:06d}"
         if self.spec.attempt > 0:
             # An earlier attempt may have left an uncommitted upload under this name.
-            stale = storage.checkpoint_path(dir_name)
-            if storage.fs.exists(stale):
-                storage.fs.rm(stale, recursive=True)
+            retried_rm(storage.fs, storage.checkpoint_path(dir_name), recursive=True)
         with checkpoint.as_directory() as local_dir:
             storage.persist_directory(local_dir, dir_name)
         if self._state is None:

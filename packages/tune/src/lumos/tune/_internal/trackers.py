@@ -25,7 +25,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage import Checkpoint, is_local, resolve_filesystem
+from lumos.storage import Checkpoint, is_local, resolve_filesystem, retried_download
 from lumos.tune._internal.callbacks import LoggerCallback
 from lumos.tune._internal.metrics import flatten
 from lumos.tune._internal.trial import Trial, TrialStatus
@@ -72,7 +72,7 @@ def _local_copy(path: str) -> tuple[str, bool]:
     if is_local(fs):
         return fs_path, False
     dest = tempfile.mkdtemp(prefix="lumos-tracker-")
-    fs.get(fs_path.rstrip("/") + "/", dest, recursive=True)
+    retried_download(fs, fs_path.rstrip("/"), dest)
     return dest, True
 
 

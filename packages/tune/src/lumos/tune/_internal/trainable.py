@@ -22,6 +22,7 @@ from lumos.tune._internal.session import (
     get_checkpoint,
     report,
 )
+from lumos.tune.result import DONE, SHOULD_CHECKPOINT
 
 _DICT_CHECKPOINT = "_dict_checkpoint.pkl"
 
@@ -33,7 +34,9 @@ class Trainable:
     restores, PBT), ``save_checkpoint(checkpoint_dir) -> dict | None`` and
     ``load_checkpoint(checkpoint)`` (the dict ``save_checkpoint`` returned, or the
     directory it wrote). A result with ``"done": True`` ends the trial; otherwise it
-    runs until a stop criterion, the pruner or the time budget ends it.
+    runs until a stop criterion, the pruner or the time budget ends it. A result with
+    ``"should_checkpoint": True`` (``lumos.tune.result.SHOULD_CHECKPOINT``) saves a
+    checkpoint after that step.
 
     Attributes:
         checkpoint_frequency: Save a checkpoint every this many steps (0: only at the
@@ -117,19 +120,21 @@ class ClassTrainable:
             if checkpoint is not None:
                 with checkpoint.as_directory() as d:
                     trainable.load_checkpoint(_restored(d))
-            freq, at_end = _frequency(trainable, _saves(self.cls))
+            saves = _saves(self.cls)
+            freq, at_end = _frequency(trainable, saves)
             while True:
                 result = dict(trainable.step() or {})
                 trainable.iteration += 1
-                done = bool(result.get("done", False))
-                if (done and at_end) or (freq > 0 and trainable.iteration % freq == 0):
+                done = bool(result.get(DONE, False))
+                asked = saves and bool(result.get(SHOULD_CHECKPOINT, False))
+                if asked or (done and at_end) or (freq > 0 and trainable.iteration % freq == 0):
                     with tempfile.TemporaryDirectory() as d:
                         _save(trainable, d)
                         report(result, checkpoint=Checkpoint.from_directory(d))
                 else:
                     report(result)
                 session = current_session()
-                if done or (session is not None and session.should_stop):
+                if done or (session is not None and session.settle()):
                     return
         finally:
             trainable.cleanup()

@@ -19,11 +19,18 @@ from lumos.runtime import (
 from lumos.storage import validate_name
 from lumos.tune._internal.config import TuneConfig
 from lumos.tune._internal.controller_api import PRUNE, STOP
-from lumos.tune._internal.errors import MetricNotReportedError, TrialErrorRecord, TuneConfigError
+from lumos.tune._internal.errors import (
+    MetricNotReportedError,
+    TrialError,
+    TrialErrorRecord,
+    TuneConfigError,
+    TuneFailedError,
+)
 from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.metrics import finite_or_none
 from lumos.tune._internal.session import ITERATION_KEY
 from lumos.tune._internal.stoppers import Stopper
+from lumos.tune._internal.trial import TrialStatus
 from lumos.tune._internal.trial_journal import NameRecord
 
 _LOST_KINDS = {"WorkerDied": FailureKind.ACTOR_DIED, "WorkerHung": FailureKind.HUNG}
@@ -46,6 +53,12 @@ class StopRules:
         self.stop_dict = stop if isinstance(stop, dict) else None
         self.stop_fn = stop if callable(stop) else None
         self.stopper = stop if isinstance(stop, Stopper) else None
+
+    @property
+    def judges_reports(self) -> bool:
+        """Whether the driver judges each report (a pruner, a stopper object or function):
+        then trials wait for the verdict on a report before their next one."""
+        return self.pruning or self.stop_fn is not None
 
     def stop_all(self) -> bool:
         """Whether a stopper object ends the whole sweep (``Stopper.stop_all()``)."""
@@ -127,6 +140,20 @@ def _created(what: str, value: object) -> str:
 def _bool_as_number(value: object) -> object:
     """Ray's ``stop={"done": True}``: a reported bool counts as 0 or 1."""
     return int(value) if isinstance(value, bool) else value
+
+
+def fail_fast_error(
+    trial: LiveTrial, decision: FailureDecision, trials: list[LiveTrial]
+) -> TuneFailedError:
+    """The error ``FailureConfig(fail_fast="raise")`` raises for ``trial``'s failure."""
+    why = decision.reason if not decision.should_retry else "the sweep was stopping"
+    errors = [e for t in trials if t.status is TrialStatus.ERROR for e in t.errors]
+    return TuneFailedError(
+        f"trial {trial.trial_name!r} failed ({why}) and FailureConfig(fail_fast='raise') "
+        "raises its error; fail_fast=True stops the sweep and returns its ResultGrid, "
+        "fail_fast=False lets other trials go on",
+        [TrialError.from_record(e) for e in errors],
+    )
 
 
 def worker_failure(error: TrialErrorRecord) -> WorkerFailure:

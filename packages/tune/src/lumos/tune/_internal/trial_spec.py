@@ -66,6 +66,9 @@ class SweepInfo:
         stop: ``TuneConfig(stop={...})`` bounds: a trial that reaches one stops at its
             next report (and a ``tune.Trainable`` right away), as the driver would
             decide, without waiting for the driver's stop request.
+        judge_reports: The driver judges every report (a pruner, a stopper object or
+            function): a trial reads the verdict on a report at its next one, so the
+            first report that meets a criterion is the trial's last.
         checkpoint_frequency: ``CheckpointConfig(checkpoint_frequency=...)`` for
             ``tune.Trainable`` classes (0: the class decides).
         checkpoint_at_end: ``CheckpointConfig(checkpoint_at_end=...)``.
@@ -77,6 +80,7 @@ class SweepInfo:
     resources: dict[str, float] = field(default_factory=dict)
     pbt_look: tuple[str, float, float] | None = None
     stop: dict[str, float] | None = None
+    judge_reports: bool = False
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool | None = None
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -19,13 +18,16 @@ from lumos.tune._internal.config import RunConfig, TuneConfig
 from lumos.tune._internal.controller import ControllerSettings, TuneController
 from lumos.tune._internal.errors import TuneConfigError, TuneError, TuneTypeError
 from lumos.tune._internal.executor import PoolExecutor
-from lumos.tune._internal.experiment import (
-    Experiment,
-    open_experiment,
-    quiet_optuna,
-    study_journal_path,
+from lumos.tune._internal.experiment import Experiment, open_experiment, quiet_optuna
+from lumos.tune._internal.experiment_claim import (
+    HOLDER,
+    claim_experiment,
+    default_name,
+    describe_sweep,
+    experiment_exists,
+    stored_if_finished,
+    trainable_name,
 )
-from lumos.tune._internal.journal import FsJournal
 from lumos.tune._internal.live_trial import LiveTrial
 from lumos.tune._internal.progress import ConsoleReporter
 from lumos.tune._internal.ray_compat import combine_stops
@@ -33,10 +35,13 @@ from lumos.tune._internal.result import ResultGrid
 from lumos.tune._internal.search_space import ParamSpace, SearchSpace
 from lumos.tune._internal.session import TrialRunner
 from lumos.tune._internal.trainable import as_function
+from lumos.tune._internal.trial_rules import StopRules
 from lumos.tune._internal.trial_spec import SweepInfo
 from lumos.tune._internal.trial_views import snapshots
 from lumos.tune._internal.tuner_state import (
+    has_definition,
     load_tuner_state,
+    save_definition,
     save_tuner_state,
     split_experiment_path,
 )
@@ -45,21 +50,12 @@ from lumos.tune._internal.wrappers import unwrap_resources, unwrap_resources_fn
 logger = logging.getLogger("lumos.tune")
 
 
-def trainable_name(trainable: Callable[..., Any]) -> str:
-    """The trial function's name (Ray's ``Trial.trainable_name``)."""
-    return str(getattr(trainable, "__name__", type(trainable).__name__))
-
-
-def _default_name(trainable: Callable[..., Any]) -> str:
-    base = trainable_name(trainable)
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._-") or "tune"
-    return f"{base}-{time.strftime('%Y-%m-%d_%H-%M-%S', time.gmtime())}"
-
-
 def _with_run_config_stop(tune_config: TuneConfig, run_config: RunConfig) -> TuneConfig:
     stop = run_config.stop
     if run_config.failure_config.fail_fast and not tune_config.fail_fast:
-        tune_config = tune_config.model_copy(update={"fail_fast": True})
+        tune_config = tune_config.model_copy(
+            update={"fail_fast": run_config.failure_config.fail_fast}
+        )
     if stop is None:
         return tune_config
     stop = combine_stops(tune_config.stop, stop)  # both apply, as in Ray
@@ -136,12 +132,15 @@ class Tuner:
         self.run_config = run_config or RunConfig()
         self.tune_config = _with_run_config_stop(self.tune_config, self.run_config)
         self._pool_factory = _pool_factory
-        self._name = self.run_config.name or _default_name(trainable)
+        self._name = self.run_config.name or default_name(trainable)
+        # A generated name is new until a fit() claims it; Tuner.restore resumes as is.
+        self._generated = None if self.run_config.name else partial(default_name, trainable)
+        self._check_stored = True
         self._results: ResultGrid | None = None
 
     @property
     def experiment_name(self) -> str:
-        """The experiment's name (``RunConfig.name`` or the generated default)."""
+        """The experiment's name (``RunConfig.name``, the default, or e.g. ``name-2``)."""
         return self._name
 
     def _max_concurrent(self, target: int) -> int:
@@ -185,22 +184,37 @@ class Tuner:
     def fit(self) -> ResultGrid:
         """Run the sweep (or resume it) and return every trial's result.
 
-        Re-running with the same ``RunConfig(storage_path, name)`` resumes: finished
-        trials are not run again, unfinished ones resume from their last checkpoint.
+        Re-running with the same ``RunConfig(storage_path, name)`` resumes the same sweep
+        (trainable, metric, mode, search space, sampler): finished trials are kept,
+        unfinished ones resume from their last checkpoint. Another sweep under that
+        name is kept and this one runs beside it (``name-2``); see ``RunConfig.if_exists``.
 
         Returns:
             A :class:`ResultGrid`.
 
         Raises:
-            TuneFailedError: A trial failed and ``TuneConfig(fail_fast=True)``.
+            TuneFailedError: A trial failed and ``fail_fast="raise"``.
             MetricNotReportedError: A trial finished without reporting the metric.
             LeaseHeldError: Another live driver runs this experiment.
+            TuneConfigError: ``RunConfig(if_exists="error")`` and the experiment exists.
         """
-        storage = self._run_storage()
-        with storage.leased(holder="lumos.tune driver"):
-            save_tuner_state(storage, self.param_space, self.tune_config)
-            trials = _Sweep(self, storage).run()
-        self._results = self._grid(trials, storage)
+        current = describe_sweep(trainable_name(self.trainable), self.space, self.tune_config)
+        claim = claim_experiment(
+            self.run_config, self._name, current if self._check_stored else None, self._generated
+        )
+        storage = claim.storage
+        self._name, self._generated = storage.name, None  # a later fit() resumes it
+        claim.lease.start_renewing()
+        try:
+            stored = None if claim.fresh else stored_if_finished(storage, self)
+            if stored is None:
+                save_tuner_state(storage, self.param_space, self.tune_config)
+                if claim.fresh or not has_definition(storage):
+                    save_definition(storage, current)
+                stored = _Sweep(self, storage).run()
+        finally:
+            claim.lease.release()
+        self._results = self._grid(stored, storage)
         return self._results
 
     def get_results(self) -> ResultGrid:
@@ -216,12 +230,12 @@ class Tuner:
         if self._results is not None:
             return self._results
         storage = self._run_storage()
-        if not FsJournal(storage.fs, study_journal_path(storage)).exists():
+        if not experiment_exists(storage):
             raise TuneError(
                 f"no experiment at {storage.uri!r} yet: call fit() first, or restore one "
                 "with Tuner.restore(path, trainable)"
             )
-        with storage.leased(holder="lumos.tune driver"), quiet_optuna():
+        with storage.leased(holder=HOLDER), quiet_optuna():
             exp = open_experiment(storage, self.space, self.tune_config)
             try:
                 return self._grid(list(exp.trials), storage)
@@ -267,20 +281,26 @@ class Tuner:
             )
         storage_path, name = split_experiment_path(path)
         storage = RunStorage(storage_path, name, storage_filesystem)
-        if not FsJournal(storage.fs, study_journal_path(storage)).exists():
+        if not experiment_exists(storage):
             raise TuneError(f"Tuner.restore({path!r}): no experiment there")
         saved = load_tuner_state(storage)
         if param_space is None:
             param_space = saved.get("param_space")
         if tune_config is None:
             tune_config = saved.get("tune_config")
-        updates: dict[str, Any] = {"name": name, "storage_path": storage_path}
+        updates: dict[str, Any] = {
+            "name": name,
+            "storage_path": storage_path,
+            "if_exists": "resume",
+        }
         if storage_filesystem is not None:
             updates["storage_filesystem"] = storage_filesystem
         run_config = (run_config or RunConfig()).model_copy(update=updates)
-        return cls(
+        tuner = cls(
             trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
         )
+        tuner._check_stored = False  # the experiment at path, whatever it holds
+        return tuner
 
     def _grid(self, trials: list[LiveTrial], storage: RunStorage) -> ResultGrid:
         # The sweep is over: its study, journals and controller (which reference each
@@ -307,7 +327,7 @@ class Tuner:
         if name is None:
             path, name = split_experiment_path(path)
         storage = RunStorage(path, name, storage_filesystem)
-        return FsJournal(storage.fs, study_journal_path(storage)).exists()
+        return experiment_exists(storage)
 
 
 class _Sweep:
@@ -349,6 +369,7 @@ class _Sweep:
             metric=tc.metrics[0] if len(tc.metrics) == 1 else None,
             resources=resources,
             stop=dict(tc.stop) if isinstance(tc.stop, dict) else None,
+            judge_reports=StopRules(tc).judges_reports,
             checkpoint_frequency=getattr(rc.checkpoint_config, "checkpoint_frequency", 0),
             checkpoint_at_end=getattr(rc.checkpoint_config, "checkpoint_at_end", None),
             pbt_look=(

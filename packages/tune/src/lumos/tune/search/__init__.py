@@ -14,5 +14,7 @@ Example:
 from __future__ import annotations
 
 from lumos.tune._internal.ray_compat import ConcurrencyLimiter
+from lumos.tune._internal.ray_names import create_searcher
+from lumos.tune._internal.sample import grid_search
 
-__all__ = ["ConcurrencyLimiter"]
+__all__ = ["ConcurrencyLimiter", "create_searcher", "grid_search"]
