@@ -92,3 +92,27 @@ def run_config(tmp_path: Path, name: str = "run", **kwargs: Any) -> Any:
 
     kwargs.setdefault("verbose", False)
     return train.RunConfig(name=name, storage_path=str(tmp_path), **kwargs)
+
+
+_BY_VALUE = (train_fns, report_fns, health_fns)
+
+
+@pytest.fixture(autouse=True)
+def _in_process_pickles_by_reference(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests without a Ray cluster (fake groups, in process) pickle the shared test
+    functions by reference, even after ``ray_cluster`` registered them to pickle by
+    value for Ray's workers: some hold an Event, which pickles only by reference."""
+    if "ray_cluster" in request.fixturenames:
+        yield
+        return
+    from ray import cloudpickle
+
+    registered = set(cloudpickle.list_registry_pickle_by_value())
+    modules = [m for m in _BY_VALUE if m.__name__ in registered]
+    for module in modules:
+        cloudpickle.unregister_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in modules:
+            cloudpickle.register_pickle_by_value(module)

@@ -74,7 +74,7 @@ def test_user_error_without_retries_raises_with_the_workers_error(tmp_path: Path
     assert "bad batch on purpose" in str(err.worker_errors[1])
     assert states(trainer)[-2:] == ["restarting", "errored"]
     assert ("failure", ([(1, FailureKind.USER_ERROR)], False)) in rec.calls
-    assert rec.calls[-1] == ("finish", (False, "TrainingFailedError"))
+    assert rec.calls[-1] == ("finish", (False, "WorkerGroupError"))  # a TrainingFailedError
     state = RunStorage(tmp_path, "run").load_state()
     assert state is not None
     assert state.status == "errored"
@@ -254,18 +254,7 @@ def test_a_checkpoint_that_a_finished_rank_never_reported_fails_clearly(tmp_path
     # test_report_aggregator.py; here rank 0 reports after rank 1 returned
     config = {"key": f"{tmp_path}:uneven"}
     train_fns.EVENTS[config["key"]] = threading.Event()
-    # In process (FakeCluster): the function holds an Event, so it must pickle by
-    # reference, whether or not a Ray test registered train_fns to pickle by value.
-    from ray import cloudpickle
-
-    by_value = train_fns.__name__ in cloudpickle.list_registry_pickle_by_value()
-    if by_value:
-        cloudpickle.unregister_pickle_by_value(train_fns)
-    try:
-        trainer = make(train_fns.uneven_checkpoints, config, tmp_path, FakeCluster())
-    finally:
-        if by_value:
-            cloudpickle.register_pickle_by_value(train_fns)
+    trainer = make(train_fns.uneven_checkpoints, config, tmp_path, FakeCluster())
     with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] returned without"):
         trainer.fit()
 

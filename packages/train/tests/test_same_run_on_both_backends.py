@@ -53,6 +53,11 @@ def _fit(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> RunSto
         extra["_group_factory"] = FakeCluster().start
     elif backend == "ray":
         request.getfixturevalue("ray_cluster")
+        from ray import cloudpickle
+
+        # asked for here, not as an argument: the conftest's in-process fixture did not
+        # see it and unregistered the shared test modules; Ray's workers need them by value
+        cloudpickle.register_pickle_by_value(health_fns)
     train.DataParallelTrainer(
         health_fns.same_run,
         train_loop_config=dict(CONFIG),

@@ -40,11 +40,13 @@ if TYPE_CHECKING:
     from lumos.train._internal.data_config import DataConfig as DataConfig
     from lumos.train._internal.errors import (
         CheckpointReportError as CheckpointReportError,
+        ControllerError as ControllerError,
         NotInTrainingFunctionError as NotInTrainingFunctionError,
         TrainConfigError as TrainConfigError,
         TrainError as TrainError,
         TrainingFailedError as TrainingFailedError,
         TrainTypeError as TrainTypeError,
+        WorkerGroupError as WorkerGroupError,
     )
     from lumos.train._internal.health import (
         HealthReport as HealthReport,
@@ -62,6 +64,10 @@ if TYPE_CHECKING:
     from lumos.train._internal.result import Result as Result
     from lumos.train._internal.train_context import TrainContext as TrainContext
     from lumos.train._internal.trainer import DataParallelTrainer as DataParallelTrainer
+    from lumos.train._internal.user_callback import (
+        TrainRunContext as TrainRunContext,
+        UserCallback as UserCallback,
+    )
     from lumos.train._internal.validation import (
         ValidationConfig as ValidationConfig,
         ValidationTaskConfig as ValidationTaskConfig,
@@ -83,11 +89,13 @@ _LAZY: dict[str, str] = {
     "RunConfig": "lumos.train._internal.config",
     "ScalingConfig": "lumos.train._internal.config",
     "CheckpointReportError": "lumos.train._internal.errors",
+    "ControllerError": "lumos.train._internal.errors",
     "NotInTrainingFunctionError": "lumos.train._internal.errors",
     "TrainConfigError": "lumos.train._internal.errors",
     "TrainTypeError": "lumos.train._internal.errors",
     "TrainError": "lumos.train._internal.errors",
     "TrainingFailedError": "lumos.train._internal.errors",
+    "WorkerGroupError": "lumos.train._internal.errors",
     "CheckpointConsistencyMode": "lumos.train._internal.report_config",
     "CheckpointUploadMode": "lumos.train._internal.report_config",
     "ReportedCheckpoint": "lumos.train._internal.report_config",
@@ -100,6 +108,8 @@ _LAZY: dict[str, str] = {
     "NonFiniteMetric": "lumos.train._internal.health",
     "Rollback": "lumos.train._internal.health",
     "RollbackInfo": "lumos.train._internal.health",
+    "TrainRunContext": "lumos.train._internal.user_callback",
+    "UserCallback": "lumos.train._internal.user_callback",
     "ValidationConfig": "lumos.train._internal.validation",
     "ValidationTaskConfig": "lumos.train._internal.validation",
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import ABCMeta
+from types import NotImplementedType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -10,12 +12,26 @@ if TYPE_CHECKING:
     from lumos.train._internal.result import Result
 
 
-class Callback:
+HOOKS = ("on_start", "on_report", "on_failure", "on_restart", "on_finish")
+"""The hooks of :class:`Callback`: a class defining all of them counts as one."""
+
+
+class _CallbackType(ABCMeta):
+    """The metaclass of :class:`Callback`: an ``ABCMeta`` (so ``__subclasshook__`` applies
+    and a subclass may mix in other ABCs); ``Callback`` has no abstract method."""
+
+
+class Callback(metaclass=_CallbackType):
     """Hooks called by the controller in the process that runs ``fit()``.
 
     Subclass it and override what you need; every hook does nothing by
     default. Hooks run in the controller's thread, so keep them quick. An
     exception raised by a hook ends the run (the workers are stopped first).
+
+    An object whose class defines every hook counts as a ``Callback`` too
+    (``isinstance`` says so, as for ``collections.abc`` protocols): a package that
+    cannot import ``lumos.train`` offers one that way
+    (``lumos.tune.integration.ray_train.TuneReportCallback``).
 
     Example:
         >>> class PrintLoss(Callback):
@@ -23,6 +39,13 @@ class Callback:
         ...         print(metrics["loss"], checkpoint)
         >>> RunConfig(callbacks=[PrintLoss()])  # doctest: +SKIP
     """
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> bool | NotImplementedType:
+        """``issubclass(other, Callback)`` for a class that defines every hook."""
+        if cls is Callback and all(any(h in vars(k) for k in other.__mro__) for h in HOOKS):
+            return True
+        return NotImplemented  # type: ignore[no-any-return]
 
     def on_start(self, run_name: str, run_path: str, config: dict[str, Any] | None) -> None:
         """Called once per ``fit()``, before the first worker starts (a resumed run

@@ -236,7 +236,8 @@ class RunConfig(BaseRunConfig):
 
     Args:
         name: the run's name (its directory under ``storage_path``). Default:
-            a readable unique name such as ``train-2026-11-29_17-40-03-a1b2``;
+            a readable unique name such as ``train-2026-11-29_17-40-03-a1b2c3``
+            (UTC time; a new one each ``fit()``, even two in the same second);
             inside a Tune trial: ``"train"`` (so a resumed trial resumes it).
         storage_path: local directory or fsspec URL (``s3://bucket/runs``).
             Default (``None``): the enclosing Tune trial's directory, else
@@ -247,6 +248,10 @@ class RunConfig(BaseRunConfig):
         callbacks: ``train.Callback`` objects; they run in the driver.
         verbose: print concise state lines to stderr: ``1`` or ``True``
             (default), ``0`` or ``False`` silences them; ``2`` is accepted too.
+        if_exists: when ``name`` already holds a run: ``"resume"`` (default, as
+            Ray Train) resumes it (a finished run returns its stored result and
+            says so); ``"error"`` refuses; ``"new"`` starts a new run beside it
+            (``name-2``, ``name-3``, ...).
         worker_runtime_env: Ray ``runtime_env`` dict of the training worker actors
             (and their standby): ``env_vars``, ``working_dir``, ``pip`` (where the
             cluster can install packages), ``py_modules``, ... (Ray's keys; an

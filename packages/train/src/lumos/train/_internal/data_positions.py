@@ -143,19 +143,22 @@ def write_positions(
     storage: RunStorage, dir_name: str, by_rank: dict[int, bytes], world_size: int
 ) -> None:
     """Driver side: store every rank's snapshot in checkpoint ``dir_name`` (before its commit)."""
+    from lumos.storage import retried_write
+
     blob = pickle.dumps(
         {"version": _VERSION, "world_size": world_size, "ranks": dict(by_rank)},
         protocol=pickle.HIGHEST_PROTOCOL,
     )
-    storage.fs.pipe_file(positions_path(storage, dir_name), blob)
+    retried_write(storage.fs, positions_path(storage, dir_name), blob)
 
 
 def read_positions(storage: RunStorage, dir_name: str) -> tuple[int, dict[int, bytes]] | None:
     """``(world_size, {rank: snapshot})`` of checkpoint ``dir_name``; ``None`` when it has none."""
+    from lumos.storage import retried_read
+
     path = positions_path(storage, dir_name)
-    try:
-        blob = storage.fs.cat_file(path)
-    except FileNotFoundError:
+    blob = retried_read(storage.fs, path)
+    if blob is None:
         return None
     saved = pickle.loads(blob)
     if not isinstance(saved, dict) or saved.get("version") != _VERSION:

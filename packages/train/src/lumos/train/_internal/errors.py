@@ -85,6 +85,55 @@ class TrainingFailedError(TrainError):
         return "\n".join(parts)
 
 
+class WorkerGroupError(TrainingFailedError):
+    """The run failed because training workers failed (Ray's ``ray.train.WorkerGroupError``).
+
+    What ``fit()`` raises when worker errors (a raised exception, a dead or hung
+    actor, a failed upload) exhausted ``FailureConfig(max_failures)`` or could not be
+    retried. A ``TrainingFailedError``: ``except train.TrainingFailedError`` still
+    catches it.
+
+    Attributes:
+        worker_failures: Ray's name of :attr:`worker_errors`: each failed rank's error.
+
+    Example:
+        >>> try:
+        ...     trainer.fit()  # doctest: +SKIP
+        ... except train.WorkerGroupError as e:
+        ...     print(sorted(e.worker_failures))
+    """
+
+    @property
+    def worker_failures(self) -> dict[int, BaseException]:
+        """Each failed world rank's error (the same dict as ``worker_errors``)."""
+        return self.worker_errors
+
+
+class ControllerError(TrainingFailedError):
+    """The run failed in the driver, not in a worker (Ray's ``ray.train.ControllerError``):
+    a callback or a health check raised, the run's storage failed, a checkpoint could
+    not be committed as reported.
+
+    Attributes:
+        controller_failure: The driver-side exception.
+    """
+
+    @property
+    def controller_failure(self) -> BaseException | None:
+        """The driver-side exception (``worker_errors[-1]``), or None."""
+        return self.worker_errors.get(-1)
+
+
+def training_failed(
+    message: str, worker_errors: Mapping[int, BaseException] | None = None, failures: int = 0
+) -> TrainingFailedError:
+    """The error ``fit()`` raises: a :class:`WorkerGroupError` when any worker rank
+    failed, else a :class:`ControllerError` (only the driver's error, at rank ``-1``)."""
+    errors = dict(worker_errors or {})
+    kind = WorkerGroupError if any(rank >= 0 for rank in errors) else ControllerError
+    return kind(message, errors, failures)
+
+
 class DriverTerminated(KeyboardInterrupt):
     """SIGTERM reached the driver during ``fit()``: the run stops as on Ctrl-C, then
     ``fit()`` exits the process with status 143 (not public: it never escapes ``fit``)."""

@@ -205,7 +205,7 @@ class LocalDriver:
         while outcome.outstanding and not self.rolling_back:
             if self._core is not None and not said:
                 said = True
-                self._core.console.info(messages.waiting_validations_line(outcome.outstanding))
+                self._core.training_finished(outcome.outstanding)
             outcome, _ = self._round(_Round(None, ended=True), idle_s=self._poll_s)
 
     # -- rounds ------------------------------------------------------------------------
@@ -333,7 +333,9 @@ def run_local(spec: LocalSpec) -> Result:
             if state.status == "finished":
                 if exchange.rank == 0:
                     run.console.info(
-                        messages.already_finished_line(run.storage.name, run.storage.uri)
+                        messages.already_finished_line(
+                            run.storage.name, run.storage.uri, state.updated_at
+                        )
                     )
                 return result_from_state(run.storage, state, metrics=None)
             return _LocalRun(spec, exchange, state).run()
@@ -371,7 +373,7 @@ class _LocalRun:
                 core.close_failed(exc, aborted=stopped, clean=alone)
             raise
         if core is None or self._result is None:
-            return result_from_state(self._spec.run.storage, final, dict(driver.last_metrics))
+            return result_from_state(self._spec.run.storage, final, metrics=None)
         return core.close(self._result)
 
     def _on_rank0(self, fn: Callable[[], T]) -> T:
@@ -389,6 +391,8 @@ class _LocalRun:
     def _begin(self) -> WorkerRunArgs:
         core = self._rank0()
         args = core.begin_attempt(self._next, self._exchange.world_size, self._resume)
+        if args.training_done:
+            core.console.info(messages.training_done_line(core.outstanding()))
         if self._rolled_back_at is not None:
             seconds = time.monotonic() - self._rolled_back_at
             self._rolled_back_at = None
@@ -406,8 +410,9 @@ class _LocalRun:
         shards = spec.dataset_shards
         hooks = DataHooks(None, shards(exchange.world_size)) if shards is not None else None
         try:
-            with env("LUMOS_TRAIN_RUN_NAME", spec.run.storage.name):
-                run_in_session(session, spec.run.train_fn, spec.run.config, args, hooks)
+            if not args.training_done:  # else an earlier run trained: finish what is left
+                with env("LUMOS_TRAIN_RUN_NAME", spec.run.storage.name):
+                    run_in_session(session, spec.run.train_fn, spec.run.config, args, hooks)
             if not driver.rolling_back:  # (a function may have caught StopRequested)
                 driver.finish()
         except StopRequested:

@@ -379,7 +379,7 @@ class TrainSession:
 
 def check_in_run(storage: RunStorage, checkpoint: Any, dir_name: str, what: str) -> None:
     """Raise ``CheckpointReportError`` unless ``checkpoint`` is the run's ``dir_name`` directory."""
-    from lumos.storage import Checkpoint
+    from lumos.storage import Checkpoint, retried_exists
 
     expected = storage.checkpoint(dir_name)
     if not isinstance(checkpoint, Checkpoint):
@@ -391,8 +391,7 @@ def check_in_run(storage: RunStorage, checkpoint: Any, dir_name: str, what: str)
             f"{what}: the checkpoint must already be in the run's storage at "
             f"{expected.uri!r} (<run>/<checkpoint_dir_name>), but it is at {checkpoint.uri!r}"
         )
-    expected.filesystem.invalidate_cache(expected.path)
-    if not expected.filesystem.exists(expected.path):
+    if not retried_exists(expected.filesystem, expected.path):
         raise CheckpointReportError(
             f"{what}: nothing was written to {expected.uri!r}; save the checkpoint there "
             "before train.report() registers it"

@@ -43,6 +43,52 @@ class Result:
     _run_storage: RunStorage | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
+    def filesystem(self) -> AbstractFileSystem:
+        """The fsspec filesystem that holds :attr:`path` (Ray's ``Result.filesystem``).
+
+        Ray returns a ``pyarrow.fs.FileSystem``; lumos stores on fsspec, so this is the
+        ``fsspec.AbstractFileSystem`` the run wrote with (``RunConfig(storage_filesystem)``,
+        else the one the storage URL names; local disk for a local path). ``fs.open``,
+        ``fs.ls`` and ``fs.exists`` take :attr:`path` as it is; pyarrow takes an fsspec
+        filesystem where it takes its own (``filesystem=result.filesystem``).
+
+        Example:
+            >>> result = trainer.fit()  # doctest: +SKIP
+            >>> result.filesystem.ls(result.path)  # doctest: +SKIP
+        """
+        return self._storage().fs
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The kept checkpoint whose metrics hold the best ``metric`` (Ray's name).
+
+        Args:
+            metric: A metric reported with the checkpoints.
+            mode: ``"max"`` or ``"min"``.
+
+        Returns:
+            The best of :attr:`best_checkpoints` by ``metric`` (the oldest of equal
+            ones, as Ray); ``None`` when no kept checkpoint reported ``metric``.
+
+        Raises:
+            TrainConfigError: ``mode`` is neither ``"max"`` nor ``"min"``.
+        """
+        if mode not in ("max", "min"):
+            from lumos.train._internal.errors import TrainConfigError
+
+            raise TrainConfigError(
+                f"get_best_checkpoint(mode={mode!r}) is invalid: must be 'max' or 'min'"
+            )
+        sign = 1.0 if mode == "max" else -1.0
+        best: tuple[float, Checkpoint] | None = None
+        for checkpoint, metrics in self.best_checkpoints:
+            value = metrics.get(metric)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if value == value and (best is None or sign * value > best[0]):  # NaN skipped
+                best = (sign * value, checkpoint)
+        return best[1] if best is not None else None
+
+    @property
     def metrics_history(self) -> list[dict[str, Any]]:
         """Every report of rank 0, in order, as a list of dicts."""
         return self._storage().read_metrics()

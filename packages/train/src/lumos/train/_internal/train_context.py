@@ -50,6 +50,8 @@ class WorkerRunArgs:
     rollback: RollbackInfo | None = None
     trial: tuple[str, str, str] | None = None
     """``(id, name, dir)`` of the Tune trial this run runs in (``JobContext``), if any."""
+    training_done: bool = False
+    """Training finished under an earlier driver: local mode does not run it again."""
 
 
 def trial_of(ctx: JobContext | None) -> tuple[str, str, str] | None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 import inspect
-import secrets
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from lumos.runtime import (
@@ -21,7 +20,7 @@ from lumos.runtime import (
     context as job_context,
     ensure_ray,
 )
-from lumos.storage import Checkpoint, CheckpointConfig, RetentionPolicy, RunState, RunStorage
+from lumos.storage import Checkpoint, CheckpointConfig, Lease, RetentionPolicy, RunState, RunStorage
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.config import RunConfig, ScalingConfig
 from lumos.train._internal.console import Console
@@ -37,12 +36,8 @@ from lumos.train._internal.data_config import DataConfig
 from lumos.train._internal.datasets import DatasetBackend, check_data_config, check_datasets
 from lumos.train._internal.errors import DriverTerminated, TrainConfigError
 from lumos.train._internal.result import Result, result_from_state
+from lumos.train._internal.run_claim import ClaimedRun, claim_train_run, load_or_create_state
 from lumos.train._internal.validation import ValidationConfig
-
-
-def _default_run_name() -> str:
-    now = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    return f"train-{now}-{secrets.token_hex(2)}"
 
 
 def _takes_config(fn: Callable[..., Any], has_config: bool) -> bool:
@@ -216,14 +211,6 @@ class DataParallelTrainer:
     def _env_vars(self) -> dict[str, str]:
         return {}
 
-    def _resolve_storage(self) -> tuple[RunStorage, tuple[str, Any]]:
-        rc = self.run_config
-        ctx = job_context.current()
-        parent = (ctx.storage_path, ctx.storage_filesystem) if ctx is not None else (None, None)
-        path, fs = rc.storage_location(*parent)
-        name = rc.name or (ctx.nested_run_name if ctx is not None else _default_run_name())
-        return RunStorage(path, name, fs), (path, fs)
-
     def _starting_checkpoint(self) -> Checkpoint | None:
         """``resume_from_checkpoint``, else the parent Tune trial's (a PBT clone)."""
         if self.resume_from_checkpoint is not None:
@@ -238,7 +225,9 @@ class DataParallelTrainer:
 
         Calling ``fit()`` with the ``RunConfig(storage_path, name)`` of an
         unfinished run resumes it from its latest checkpoint; for a finished
-        run it returns the stored result without training again.
+        run it returns the stored result without training again (and says so).
+        ``RunConfig(if_exists="error")`` refuses a stored run instead, ``"new"``
+        starts a new run beside it (``name-2``, ...).
 
         With ``ScalingConfig(num_workers=0)`` the function runs in this process
         without Ray (under ``torchrun``: one rank per process); see the package
@@ -250,6 +239,7 @@ class DataParallelTrainer:
         Raises:
             TrainingFailedError: the run failed beyond ``FailureConfig(max_failures)``.
             lumos.storage.LeaseHeldError: another live driver is running this run.
+            TrainConfigError: ``RunConfig(if_exists="error")`` and the run exists.
             KeyboardInterrupt: on Ctrl-C (after stopping the workers); call
                 ``fit()`` again to resume.
             SystemExit: on SIGTERM to this process (a job scheduler stopping it):
@@ -259,14 +249,20 @@ class DataParallelTrainer:
                 thread, where Python delivers signals.)
         """
         console = Console(self.run_config.verbose)
-        storage, configured = self._resolve_storage()
+        claim = claim_train_run(self.run_config, console, self.scaling_config.local_mode)
+        storage, configured = claim.storage, claim.where
         if self.scaling_config.local_mode:
-            return self._fit_local(storage, console, configured)
-        with storage.leased():
-            state = _load_or_create_state(storage, console)
+            if claim.lease is not None:
+                claim.lease.release()  # the local runner takes it on the rank that writes
+            return self._fit_local(claim, console)
+        assert claim.lease is not None
+        with _renewing(claim.lease):
+            state = load_or_create_state(storage, console, claim.fresh)
             _catch_up_parent(storage, state)
             if state.status == "finished":
-                console.info(messages.already_finished_line(storage.name, storage.uri))
+                console.info(
+                    messages.already_finished_line(storage.name, storage.uri, state.updated_at)
+                )
                 return result_from_state(storage, state, metrics=None)
             if self._group_factory is None:
                 ensure_ray()
@@ -281,7 +277,7 @@ class DataParallelTrainer:
             finally:
                 spec.backend.shutdown()  # drops the dataset shards (Ray Data coordinators)
 
-    def _fit_local(self, storage: RunStorage, console: Console, where: tuple[str, Any]) -> Result:
+    def _fit_local(self, claim: ClaimedRun, console: Console) -> Result:
         """``num_workers=0``: run in this process, without Ray (``local.py``)."""
         from lumos.train._internal.local import LocalSpec, run_local
         from lumos.train._internal.local_exchange import has_torchrun_env
@@ -293,8 +289,8 @@ class DataParallelTrainer:
                 "the data in the training function"
             )
         spec = LocalSpec(
-            run=self._run_spec(storage, console, where, threads=True),
-            open_state=_load_or_create_state,
+            run=self._run_spec(claim.storage, console, claim.where, threads=True),
+            open_state=partial(load_or_create_state, fresh=claim.fresh),
             process_group_backend=self._backend().process_group_backend(),
             use_gpu=self.scaling_config.use_gpu,
             dataset_shards=self._dataset_shards() if self.datasets else None,
@@ -376,6 +372,16 @@ class DataParallelTrainer:
 
 
 @contextmanager
+def _renewing(lease: Lease) -> Iterator[None]:
+    """Renew the claimed run's lease in the background; release it at the end."""
+    lease.start_renewing()
+    try:
+        yield
+    finally:
+        lease.release()
+
+
+@contextmanager
 def _sigterm_stops_the_run() -> Iterator[None]:
     """While the controller runs, SIGTERM stops the run the way Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
@@ -423,19 +429,6 @@ def _catch_up_parent(storage: RunStorage, state: RunState) -> None:
 def _retention(cc: CheckpointConfig) -> RetentionPolicy | None:
     """What ``CheckpointConfig`` keeps (``None``: every checkpoint)."""
     return cc.retention() if cc.num_to_keep is not None else None
-
-
-def _load_or_create_state(storage: RunStorage, console: Console) -> RunState:
-    """The run's stored state (cleaned up to resume it), or a new one."""
-    state = storage.load_state()
-    if state is None:
-        state = RunState(name=storage.name)
-        storage.save_state(state)
-        console.info(messages.starting_line(storage.name, storage.uri))
-    elif state.status != "finished":
-        removed = storage.delete_uncommitted()
-        console.info(messages.resuming_line(storage.name, state.status, state.latest(), removed))
-    return state
 
 
 def _start_ray_group(

@@ -153,6 +153,11 @@ class TrainController:
 
     # -- states -------------------------------------------------------------------------
     def _schedule(self, state: SchedulingState) -> ControllerState:
+        if self.core.training_done and self.workers.group is None:
+            # Training finished under an earlier driver: finish what is left, no workers.
+            self.core.begin_attempt(state.attempt, 0, state.resume_from)
+            self.console.info(messages.training_done_line(self.core.outstanding()))
+            return RunningState(attempt=state.attempt)
         run = self.spec.run
         step = "start the workers"  # what failed, for the failure's message
         try:
@@ -186,7 +191,8 @@ class TrainController:
     def _run_once(self, state: RunningState) -> ControllerState:
         core, attempt = self.core, self.core.attempt
         interval = self.spec.run.settings.poll_interval_s
-        batch = self._handle(self.workers.current().poll(interval if attempt.running else 0.0))
+        group = self.workers.group  # None: training finished under an earlier driver
+        batch = self._handle(group.poll(interval if attempt.running else 0.0) if group else [])
         if batch.failures and batch.verdict is None:
             batch = self._collect_other_endings(batch)
         if batch.verdict is None and not batch.failures:
@@ -207,7 +213,7 @@ class TrainController:
         if not pending:
             return FinishedState(core.finish())
         if not state.said_waiting:
-            self.console.info(messages.waiting_validations_line(pending))
+            core.training_finished(pending)
         return replace(state, said_waiting=True)
 
     def _on_verdict(

@@ -60,6 +60,7 @@ from lumos.train._internal.errors import (
     CheckpointReportError,
     DriverTerminated,
     TrainingFailedError,
+    training_failed,
 )
 from lumos.train._internal.train_context import WorkerRunArgs, trial_of
 from lumos.train._internal.wire import commit_message, validated_message
@@ -187,6 +188,7 @@ class RunCore:
             has_validation=run.validation_config is not None,
             rollback=rollback_info(self.book.state, resume),
             trial=trial_of(run.job_context),
+            training_done=self.training_done,
         )
 
     # -- the ranks' messages ------------------------------------------------------------------
@@ -281,15 +283,29 @@ class RunCore:
         for c in self.components:
             c.rolled_back(doomed)
         self.health.apply(plan)
+        self.book.mark_training_finished(False)  # training goes on from the target
         self.restarting(plan.target)
         return plan.target
 
     # -- ending the run ---------------------------------------------------------------------
+    @property
+    def training_done(self) -> bool:
+        """An earlier driver saw every rank return and only validations were left: a
+        resumed run finishes those (an attempt of no ranks) without training again."""
+        return self.book.training_finished
+
+    def training_finished(self, pending: int) -> None:
+        """Every rank returned with ``pending`` validations left: say so and record it."""
+        self.console.info(messages.waiting_validations_line(pending))
+        self.book.mark_training_finished(True)
+
     def finish(self) -> Result:
-        """Every rank returned and nothing is outstanding: the run is finished."""
+        """Every rank returned and nothing is outstanding: the run is finished. Its
+        metrics are the history's last row, so a resumed run returns what an
+        uninterrupted one does."""
         self.end_attempt("finished", None)
         self.book.set_status("finished")
-        result = self.book.result(dict(self.last_metrics))
+        result = self.book.result()
         storage = self.run.storage
         self.console.info(
             messages.finished_line(
@@ -341,9 +357,10 @@ class RunCore:
     def failed_error(
         self, message: str, worker_errors: dict[int, BaseException], failures: int = 0
     ) -> TrainingFailedError:
-        """The ``TrainingFailedError`` of this run."""
+        """The ``TrainingFailedError`` of this run (a ``WorkerGroupError`` when a worker
+        failed, else a ``ControllerError``)."""
         text = messages.run_failed_text(self.run.storage.name, message)
-        return TrainingFailedError(text, worker_errors, failures)
+        return training_failed(text, worker_errors, failures)
 
     def broken_error(self, verdict: RunBroken) -> TrainingFailedError:
         """The ``TrainingFailedError`` of a run that cannot go on."""

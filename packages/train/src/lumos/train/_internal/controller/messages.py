@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lumos.runtime import FailureDecision, WorkerFailure, WorkerInfo
+from lumos.runtime import FailureDecision, WorkerFailure, WorkerInfo, finished_text
 from lumos.storage import CheckpointRecord
 
 
@@ -99,13 +99,9 @@ def starting_line(name: str, uri: str) -> str:
     return f"starting run {name!r} in {uri}"
 
 
-def already_finished_line(name: str, uri: str) -> str:
-    """The line when ``fit()`` finds the run finished."""
-    return (
-        f"run {name!r} in {uri} already finished; returning its "
-        "result without training. To train again, pass a new "
-        "RunConfig(name=...) or delete that directory."
-    )
+def already_finished_line(name: str, uri: str, finished_at: float) -> str:
+    """The line when ``fit()`` finds the run finished (``finished_at``: its state's time)."""
+    return finished_text("run", name, finished_at, uri)
 
 
 def resuming_line(
@@ -166,6 +162,14 @@ def validation_line(dir_name: str, status: str, error: str | None) -> str:
 def waiting_validations_line(count: int) -> str:
     """Every rank finished; the run waits for its last validations."""
     return f"training finished; waiting for {count} checkpoint validation(s)"
+
+
+def training_done_line(count: int) -> str:
+    """A resumed run whose training had finished: it only runs what was left."""
+    return (
+        f"training had finished before the driver stopped: running the {count} "
+        "checkpoint validation(s) left; the training function does not run again"
+    )
 
 
 def preempted_line(rank: int, node_id: str | None, reason: str, seconds_left: float | None) -> str:

@@ -31,6 +31,10 @@ ROLLED_BACK_SUFFIX = ".rolled-back-"
 that the resumed run may report under its old name again."""
 
 
+TRAINING_FINISHED = "training_finished"
+"""``RunState.extra`` key: every rank returned; a resumed run only finishes what is left."""
+
+
 class RunBook:
     """Keeps one run's ``RunState`` and saves every change of it.
 
@@ -63,6 +67,17 @@ class RunBook:
     def set_status(self, status: RunStatus) -> None:
         """Record the run's status."""
         self._save(status=status, updated_at=time.time())
+
+    @property
+    def training_finished(self) -> bool:
+        """Every rank's function returned; only outstanding work (validations) is left."""
+        return bool(self.state.extra.get(TRAINING_FINISHED))
+
+    def mark_training_finished(self, done: bool) -> None:
+        """Record that training finished (or, after a rollback, that it goes on)."""
+        if self.training_finished != done:
+            extra = {**self.state.extra, TRAINING_FINISHED: done}
+            self._save(extra=extra, updated_at=time.time())
 
     def begin_attempt(self, index: int) -> None:
         """Record that attempt ``index`` starts (replacing a record of the same index)."""
@@ -241,8 +256,9 @@ class RunBook:
         """Delete checkpoint directories no committed state names; returns their names."""
         return self.storage.delete_uncommitted()
 
-    def result(self, metrics: dict[str, Any]) -> Result:
-        """The run's ``Result`` with ``metrics`` as its final metrics."""
+    def result(self, metrics: dict[str, Any] | None = None) -> Result:
+        """The run's ``Result``; its final metrics are ``metrics``, by default the
+        history's last row (the same whichever driver ran the last report)."""
         return result_from_state(self.storage, self.state, metrics=metrics)
 
     def _save(self, **update: Any) -> None:
