@@ -179,7 +179,8 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format), the import rules between packages and the public-name tables."""
+    """ruff (lint + format), the house rules, the public-name tables, and no storage
+    call that bypasses the retry helpers."""
     _install(session, "ruff", "pytest")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -190,6 +191,7 @@ def lint(session: nox.Session) -> None:
         "no:cacheprovider",
         "integration-tests/test_house_rules.py",
         "integration-tests/test_public_names.py",
+        "integration-tests/test_storage_paths.py",
     )
 
 
@@ -208,10 +210,12 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def soak(session: nox.Session) -> None:
-    """The chaos soak on demand: ``nox -s soak -- --minutes N --seed S [--storage local|s3|both]``."""
+    """The chaos soak on demand: ``nox -s soak -- [--minutes N] --seed S | --seeds N [--storage ...]``."""
     _install_all(session)
     env = {k: v for k, v in TEST_ENV.items() if k != "RAY_ADDRESS"}  # it starts its own cluster
-    args = session.posargs or ["--minutes", "10", "--seed", "1"]
+    args = list(session.posargs) or ["--seed", "1"]
+    if "--minutes" not in args:
+        args = ["--minutes", "10", *args]
     session.run("python", "integration-tests/soak/soak.py", *args, env=env)
 
 

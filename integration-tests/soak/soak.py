@@ -1,6 +1,7 @@
 """The chaos soak: Train runs and a Tune-over-Train sweep under seeded random faults.
 
     python integration-tests/soak/soak.py --minutes 5 --seed 7 [--storage local|s3|both]
+    python integration-tests/soak/soak.py --minutes 5 --seeds 3    # 3 fresh seeds in a row
 
 The harness (this process) starts a simulated multi-node Ray cluster (a 0-CPU head
 and 3 worker nodes), moto's S3 server on 127.0.0.1, and runs every workload as a
@@ -8,31 +9,29 @@ driver subprocess (``soak_driver.py``) connected to the cluster, so that a drive
 can be SIGKILLed and started again with the same ``RunConfig``. A seeded fault
 injector fires faults at random times (the schedule of kinds and gaps is a function
 of the seed alone; the timing on the machine differs). When every workload finished,
-the invariants are checked and printed, each PASS or FAIL, and the last line is
+the invariants are checked, each printed ``PASS``/``FAIL`` with the run or trial it
+concerns and, for a failure, its evidence; then the failed checks again, the soak's
+state directory (``soak state: DIR``, also printed at the start), the command that
+reruns a failing seed, and last
 
     faults injected: N (kind a, ...) · runs resumed: R · committed checkpoints lost: L · invariant violations: V
 
 The exit status is non-zero on any violation; ``--seed`` reproduces the schedule.
+``--seeds N`` runs N fresh seeds (drawn from ``os.urandom`` and the clock, never the
+repository's own), each in its own state directory, and stops at the first failure.
 
 Workloads per round (rounds start while there is time left):
 
 * a Train run on each storage (local disk / moto S3): 2 workers, sharded
-  checkpoints (each rank saves ``shard-<rank>.pt``), SYNC and ASYNC uploads (they
-  swap between the storages every round), validation, ``max_failures=-1``;
+  checkpoints (each rank saves ``shard-<rank>.pt``; 11 MiB shards on S3, uploaded in
+  5 MiB multipart parts), SYNC and ASYNC uploads (they swap between the storages
+  every round), validation, ``max_failures=-1``; the local run of an even round
+  writes to a tmpfs of its own (a disk that can fill up);
 * a Tune-over-Train sweep (ASHA pruning) on one storage, every other round
   (``--no-sweep`` leaves it out).
 
-Faults: ``worker_kill`` (SIGKILL), ``worker_hang`` (SIGSTOP, then SIGCONT 3-7 s later,
-within ``health_check_timeout_s=20``, or 25-29 s later, when the run must have
-replaced the hung worker), ``driver_kill`` (SIGKILL, then the same command
-again), ``node_cycle`` (remove a worker node, add one 3-8 s later),
-``kill_in_upload`` (SIGKILL a worker that just started a checkpoint report),
-``driver_kill_in_state_write`` (SIGKILL the driver when the run state changes:
-its temp file appears or the file changes), ``preempt`` (a preemption notice:
-SIGTERM to a worker, or a node drain whose node goes away at its deadline), ``s3_restart`` (the S3 server's HTTP front stops for 1-3 s;
-moto keeps its objects in this process) and ``storage_errors`` (when
-``lumos.storage.testing.FaultyFileSystem`` exists: S3 drivers started in the next
-period see a fraction of writes, renames and listings fail).
+The fault kinds are in README.md (this folder), with what each does; ``soak_faults.py``
+implements them, ``soak_checks.py`` the invariants.
 """
 
 from __future__ import annotations
@@ -44,58 +43,54 @@ import json
 import logging
 import os
 import random
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "soak_driver.py"
-NODES = 3
-CPUS_PER_NODE = 4
-TRAIN_STEPS = 40
-STEP_S = 0.25
-CKPT_EVERY = 2
-VALIDATE_EVERY = 4
-NUM_TO_KEEP = 3
-SHARD_FLOATS = 256 * 1024  # 1 MiB per shard: uploads take a moment
-SWEEP_SAMPLES = 4
-SWEEP_STEPS = 8
-FAULT_GAP_S = (6.0, 14.0)
-RERUN_DELAY_S = 1.0
-MAX_UNEXPECTED_EXITS = 3
-RETRY_FAULT_S = 2.0
-#: FailureConfig(health_check_timeout_s) of every run: generous, the 2-core machine is shared.
-HEALTH_CHECK_TIMEOUT_S = 20.0
-DRAIN_DEADLINE_S = 15.0
-#: After the schedule ends (at 80% of --minutes), how long the last jobs may take to finish.
-FINISH_GRACE_S = 480.0
-RETRY_FAULT_TRIES = 10
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: Faults that arm a watch and hit when the moment comes (or are skipped after 15 s).
-WATCHED = ("kill_in_upload", "driver_kill_in_state_write")
-ALL_KINDS = [
-    "worker_kill",
-    "worker_hang",
-    "driver_kill",
-    "node_cycle",
-    "kill_in_upload",
-    "driver_kill_in_state_write",
-    "preempt",
-    "s3_restart",
-    "storage_errors",
-]
+from soak_config import (
+    ALL_KINDS,
+    BUILT_IN_SEEDS,
+    CKPT_EVERY,
+    CPUS_PER_NODE,
+    DISK_SIZE,
+    DRIVER,
+    FAULT_GAP_S,
+    FINISH_GRACE_S,
+    HEALTH_CHECK_TIMEOUT_S,
+    HERE,
+    MAX_UNEXPECTED_EXITS,
+    NODES,
+    NUM_TO_KEEP,
+    RERUN_DELAY_S,
+    RETRY_FAULT_S,
+    RETRY_FAULT_TRIES,
+    S3_SHARD_FLOATS,
+    SHARD_FLOATS,
+    STEP_S,
+    SWEEP_SAMPLES,
+    SWEEP_STEPS,
+    TRAIN_STEPS,
+    VALIDATE_EVERY,
+    VALIDATE_S,
+    WATCHED,
+    Exit,
+    Job,
+    log,
+    log_tail,
+    result_of,
+)
+from soak_faults_driver import DriverFaults
 
-
-def log(msg: str) -> None:
-    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+__all__ = ["ALL_KINDS", "FAULT_GAP_S", "Harness", "main"]
 
 
 def _free_port() -> int:
@@ -113,14 +108,33 @@ def _has_faulty_fs() -> bool:
         return False
 
 
+def _can_mount() -> bool:
+    """Whether this process may mount a tmpfs (root on Linux): the disk_full fault needs it."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return False
+    from soak_traps import SmallDisk
+
+    with tempfile.TemporaryDirectory(prefix="soak-mount-") as d:
+        disk = SmallDisk.mount(Path(d) / "probe", "1m")
+        if disk is None:
+            return False
+        disk.unmount_keeping_files()
+    return True
+
+
 # -- the S3 server: moto keeps its objects in this process across restarts ------------------
 class S3:
     """moto's S3 server on a fixed port; ``stop`` + ``start`` restart the HTTP front only."""
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
+        from soak_traps import DroppedWrite, install_put_hook
 
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        werkzeug = logging.getLogger("werkzeug")
+        werkzeug.setLevel(logging.WARNING)
+        # A write the final-state-write trap dropped is a 500 to a client already dead.
+        werkzeug.addFilter(lambda r: DroppedWrite.__name__ not in str(r.msg))
+        install_put_hook()  # the final-state-write trap sits in moto's put_object
         self._cls = ThreadedMotoServer
         self.port = _free_port()
         self.server: Any = None
@@ -153,34 +167,9 @@ class S3:
         return s3_filesystem(self.endpoint)
 
 
-# -- jobs -----------------------------------------------------------------------------------
-@dataclass
-class Job:
-    kind: str  # "train" | "sweep"
-    name: str
-    storage: str  # "local" | "s3"
-    spec: dict[str, Any]
-    cmd: list[str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-    killed_by_us: bool = False
-    done: bool = False
-    result: dict[str, Any] | None = None
-    unexpected_exits: list[str] = field(default_factory=list)
-    rerun_at: float | None = None
+class Harness(DriverFaults):
+    """The soak: its cluster, S3 server, jobs, fault schedule, and the checks at the end."""
 
-    def runs(self) -> list[str]:
-        """Train run names whose worker markers belong to this job."""
-        if self.kind == "train":
-            return [self.name]
-        root = Path(self.spec["loop"]["ledger_dir"]) / "markers"
-        if not root.exists():
-            return []
-        return [p.name for p in root.iterdir() if p.name.startswith(f"{self.name}-")]
-
-
-class Harness:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
@@ -195,17 +184,19 @@ class Harness:
         self.jobs: list[Job] = []
         self.faults: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
+        self.unreached: Counter[str] = Counter()  # planned, but every job had ended
         self.resumed = 0
         self.lost = 0
         self.violations: list[str] = []
         self.events: list[tuple[float, int, str, Any]] = []
         self._seq = 0
-        self.watch: dict[str, Any] | None = None
+        self.watches: list[dict[str, Any]] = []
         self._stamp_fs: Any = None
         self.storage_errors_until = 0.0  # overlapping periods: off once the last one ends
         self.stopped_pids: set[int] = set()
-        self.removed_nodes = 0
-        self.kinds = [k for k in ALL_KINDS if self._kind_enabled(k)]
+        self.mount_ok = "local" in self.storages and _can_mount()  # disk_full needs a tmpfs
+        only = getattr(args, "kinds", None)
+        self.kinds = [k for k in ALL_KINDS if self._kind_enabled(k) and (not only or k in only)]
         self.faults_file = self.ledger_dir / "storage-faults.json"
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
         self._storage_faults({"enabled": False})
@@ -217,10 +208,12 @@ class Harness:
         os.replace(tmp, self.faults_file)
 
     def _kind_enabled(self, kind: str) -> bool:
-        if kind == "s3_restart":
+        if kind in ("s3_restart", "s3_restart_in_multipart"):
             return "s3" in self.storages
         if kind == "storage_errors":
             return "s3" in self.storages and _has_faulty_fs()
+        if kind == "disk_full":
+            return self.mount_ok
         return True
 
     # -- setup --------------------------------------------------------------------------------
@@ -253,19 +246,25 @@ class Harness:
     def shutdown(self) -> None:
         import ray
 
+        for w in self.watches:
+            self.end_watch(w)
         for pid in list(self.stopped_pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        for job in self.jobs:
-            if job.proc is not None and job.proc.poll() is None:
-                job.proc.kill()
-                job.proc.wait()
+        procs = [j.proc for j in self.jobs] + [w.get("proc") for w in self.watches]
+        for proc in procs:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
         if ray.is_initialized():
             ray.shutdown()
         if self.cluster is not None:
             self.cluster.shutdown()
         if self.s3 is not None:
             self.s3.stop()
+        for job in self.jobs:
+            if job.disk is not None:
+                job.disk.unmount_keeping_files()
 
     # -- the schedule ---------------------------------------------------------------------------
     def _schedule(self, at: float, what: str, arg: Any = None) -> None:
@@ -273,25 +272,56 @@ class Harness:
         heapq.heappush(self.events, (at, self._seq, what, arg))
 
     def plan_faults(self, t0: float, duration_s: float) -> list[tuple[float, str, int]]:
-        """The seed's fault schedule: (offset s, kind, a random number for its target)."""
-        plan = []
+        """The seed's fault schedule: (offset s, kind, a random number for its target).
+
+        Kinds come from seeded shuffles of every enabled kind (each kind once in every
+        ``len(kinds)`` faults), so a short soak still sees most kinds.
+        """
+        plan: list[tuple[float, str, int]] = []
+        bag: list[str] = []
         t = self.rng.uniform(*FAULT_GAP_S)
         while t < duration_s:
-            plan.append((t, self.rng.choice(self.kinds), self.rng.randrange(1 << 30)))
+            if not bag:
+                bag = list(self.kinds)
+                self.rng.shuffle(bag)
+            plan.append((t, bag.pop(), self.rng.randrange(1 << 30)))
             t += self.rng.uniform(*FAULT_GAP_S)
         for offset, kind, pick in plan:
             self._schedule(t0 + offset, "fault", (kind, pick, 0))
         return plan
 
-    # -- jobs -----------------------------------------------------------------------------------
-    def _storage_path(self, storage: str) -> tuple[str, str | None]:
-        if storage == "local":
-            return str(self.local_root), None
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/soak", self.s3.endpoint
+    def fire(self, kind: str, pick: int, now: float, tries: int) -> None:
+        ok = False
+        try:
+            ok = getattr(self, f"_fault_{kind}")(pick, now)
+        except Exception as exc:  # a fault that could not be applied is retried, not a violation
+            log(f"fault {kind} failed to apply: {type(exc).__name__}: {exc}")
+        if ok:
+            if kind not in WATCHED:  # a watched fault counts when it hits (poll_watches)
+                self.faults[kind] += 1
+        elif tries < RETRY_FAULT_TRIES:  # no target yet (workers starting): try again soon
+            self._schedule(now + RETRY_FAULT_S, "fault", (kind, pick, tries + 1))
+        else:
+            self.skipped[kind] += 1
 
-    def new_job(self, kind: str, name: str, storage: str, mode: str) -> Job:
-        storage_path, endpoint = self._storage_path(storage)
+    # -- jobs -----------------------------------------------------------------------------------
+    def _storage_path(self, kind: str, name: str, storage: str, round_no: int) -> tuple[str, Any]:
+        """Where the job's run goes, and its small disk (local Train runs of even rounds)."""
+        if storage == "s3":
+            assert self.s3 is not None
+            return f"s3://{self.s3.bucket}/soak", None
+        if kind == "train" and round_no % 2 == 0 and self.mount_ok:
+            from soak_traps import SmallDisk
+
+            disk = SmallDisk.mount(self.local_root / f"disk-{name}", DISK_SIZE)
+            if disk is not None:
+                log(f"{name} writes to a tmpfs of {DISK_SIZE} at {disk.path}")
+                return str(disk.path), disk
+        return str(self.local_root), None
+
+    def new_job(self, kind: str, name: str, storage: str, mode: str, round_no: int = 0) -> Job:
+        storage_path, disk = self._storage_path(kind, name, storage, round_no)
+        big = storage == "s3" and kind == "train"
         loop = {
             "run": name,
             "steps": TRAIN_STEPS if kind == "train" else SWEEP_STEPS,
@@ -299,48 +329,43 @@ class Harness:
             "ckpt_every": CKPT_EVERY,
             "validate_every": VALIDATE_EVERY,
             "mode": mode,
-            "shard_floats": SHARD_FLOATS,
+            "shard_floats": S3_SHARD_FLOATS if big else SHARD_FLOATS,
             "ledger_dir": str(self.ledger_dir),
         }
         spec = {
             "name": name,
             "storage_path": storage_path,
-            "endpoint": endpoint,
+            "endpoint": self.s3.endpoint if storage == "s3" and self.s3 else None,
             "loop": loop,
             "num_to_keep": NUM_TO_KEEP,
             "num_samples": SWEEP_SAMPLES,
             "seed": self.args.seed,
             "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+            "validate_s": VALIDATE_S,
             "faults_file": str(self.faults_file),
             "faults_records": str(self.ledger_dir / "storage-faults"),
         }
-        cmd = [
-            sys.executable,
-            str(DRIVER),
-            kind,
-            "--address",
-            self.cluster.address,
-            "--spec",
-            json.dumps(spec),
-        ]
-        job = Job(kind, name, storage, spec, cmd, self.workdir / "logs" / f"{name}.log")
-        job.log_path.parent.mkdir(exist_ok=True)
+        cmd = [sys.executable, str(DRIVER), kind, "--address", self.cluster.address]
+        cmd += ["--spec", json.dumps(spec)]
+        job = Job(kind, name, storage, spec, cmd, self.workdir / "logs" / name, disk=disk)
+        job.log_dir.mkdir(parents=True, exist_ok=True)
         self.jobs.append(job)
         self.launch(job)
         return job
 
     def launch(self, job: Job) -> None:
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
-        with open(job.log_path, "ab") as out:
-            out.write(f"\n===== start {job.starts + 1} =====\n".encode())
-            out.flush()
-            job.proc = subprocess.Popen(job.cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         job.starts += 1
+        with open(job.log_path, "ab") as out:
+            job.proc = subprocess.Popen(job.cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         if job.starts > 1:
             self.resumed += 1
         job.killed_by_us = False
         job.rerun_at = None
-        log(f"started driver {job.name} ({job.kind}, {job.storage}, start {job.starts})")
+        log(
+            f"started driver {job.name} ({job.kind}, {job.storage}, start {job.starts}, "
+            f"pid {job.proc.pid}, log {job.log_path})"
+        )
 
     def poll_jobs(self, now: float) -> None:
         for job in self.jobs:
@@ -354,246 +379,35 @@ class Harness:
             if rc is None:
                 continue
             job.proc = None
-            if rc == 0:
+            self._ended(job, rc, now)
+
+    def _ended(self, job: Job, rc: int, now: float) -> None:
+        planned = self.disk_full_exit(job, rc)
+        if job.killed_by_us:
+            why = "killed by the soak"
+        elif planned is not None:
+            why = planned
+        else:
+            why = "ok" if rc == 0 else "unexpected"
+        job.exits.append(Exit(job.starts, rc, job.log_path, why))
+        if rc == 0:
+            job.done = True
+            job.result = result_of(job.log_path)
+            log(f"driver {job.name} finished (start {job.starts})")
+            return
+        if why == "unexpected":
+            tail = "\n".join(f"    | {line}" for line in log_tail(job.log_path))
+            log(
+                f"driver {job.name} start {job.starts} exited {rc} unexpectedly "
+                f"(log {job.log_path}); its last lines:\n{tail}"
+            )
+            if len(job.unexpected_exits) >= MAX_UNEXPECTED_EXITS:
                 job.done = True
-                job.result = _result_of(job.log_path)
-                log(f"driver {job.name} finished")
-                continue
-            if not job.killed_by_us:
-                tail = job.log_path.read_text(errors="replace")[-3000:]
-                job.unexpected_exits.append(f"exit {rc}:\n{tail}")
-                log(f"driver {job.name} exited {rc} unexpectedly; log tail:\n{tail}")
-                if len(job.unexpected_exits) >= MAX_UNEXPECTED_EXITS:
-                    job.done = True
-                    continue
-            job.rerun_at = now + RERUN_DELAY_S
+                return
+        job.rerun_at = now + RERUN_DELAY_S
 
     def live_jobs(self) -> list[Job]:
         return [j for j in self.jobs if not j.done and j.proc is not None]
-
-    # -- worker processes -----------------------------------------------------------------------
-    def _markers(self, job: Job) -> list[dict[str, Any]]:
-        import psutil
-
-        found = []
-        for run in job.runs():
-            directory = self.ledger_dir / "markers" / run
-            for path in sorted(directory.glob("rank*.json")):
-                with contextlib.suppress(OSError, ValueError):
-                    doc = json.loads(path.read_text())
-                    if (
-                        psutil.pid_exists(int(doc["pid"]))
-                        and int(doc["pid"]) not in self.stopped_pids
-                    ):
-                        doc["run"] = run
-                        found.append(doc)
-        return found
-
-    def _pick_worker(self, pick: int) -> tuple[Job, dict[str, Any]] | None:
-        candidates = [(j, m) for j in self.live_jobs() for m in self._markers(j)]
-        if not candidates:
-            return None
-        candidates.sort(key=lambda c: (c[0].name, c[1]["run"], c[1]["pid"]))
-        return candidates[pick % len(candidates)]
-
-    # -- faults ---------------------------------------------------------------------------------
-    def fire(self, kind: str, pick: int, now: float, tries: int) -> None:
-        ok = False
-        if self.watch is None:  # one watched fault at a time
-            try:
-                ok = getattr(self, f"_fault_{kind}")(pick, now)
-            except Exception:  # a fault that could not be applied is retried, not a violation
-                log(f"fault {kind} failed to apply:\n{traceback.format_exc()}")
-        if ok:
-            if kind not in WATCHED:  # a watched fault counts when it hits (poll_watch)
-                self.faults[kind] += 1
-        elif tries < RETRY_FAULT_TRIES:  # no target yet (workers starting): try again soon
-            self._schedule(now + RETRY_FAULT_S, "fault", (kind, pick, tries + 1))
-        else:
-            self.skipped[kind] += 1
-
-    def _signal_worker(self, pick: int, sig: int, what: str) -> tuple[Job, int] | None:
-        chosen = self._pick_worker(pick)
-        if chosen is None:
-            return None
-        job, marker = chosen
-        pid = int(marker["pid"])
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return None
-        log(f"{what}: pid {pid} (run {marker['run']}, {marker['doing']} {marker['step']})")
-        return job, pid
-
-    def _fault_worker_kill(self, pick: int, now: float) -> bool:
-        return self._signal_worker(pick, signal.SIGKILL, "worker SIGKILL") is not None
-
-    def _fault_preempt(self, pick: int, now: float) -> bool:
-        if pick % 2:
-            return (
-                self._signal_worker(pick, signal.SIGTERM, "preemption notice (SIGTERM)") is not None
-            )
-        return self._drain_node(pick, now)
-
-    def _drain_node(self, pick: int, now: float) -> bool:
-        """A spot-style notice: drain a worker node (deadline in 15 s), then it goes away."""
-        import ray
-        from ray.core.generated import autoscaler_pb2
-
-        nodes = list(self.cluster.worker_nodes)
-        if len(nodes) < NODES:
-            return False  # one is already out
-        node = sorted(nodes, key=lambda n: n.node_id)[pick % len(nodes)]
-        gcs = ray._raylet.GcsClient(address=self.cluster.address)
-        accepted, why = gcs.drain_node(
-            node.node_id,
-            autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-            "soak: spot instance reclaimed",
-            int((time.time() + DRAIN_DEADLINE_S) * 1000),
-        )
-        if not accepted:
-            log(f"node drain refused: {why}")
-            return False
-        log(
-            f"preemption notice: node {node.node_id[:8]} draining, removed in {DRAIN_DEADLINE_S:.0f} s"
-        )
-        self._schedule(now + DRAIN_DEADLINE_S, "remove_drained", node)
-        return True
-
-    def _fault_worker_hang(self, pick: int, now: float) -> bool:
-        hit = self._signal_worker(pick, signal.SIGSTOP, "worker SIGSTOP")
-        if hit is None:
-            return False
-        self.stopped_pids.add(hit[1])
-        # Half the hangs end before the health check's limit (tolerated), half after (replaced).
-        hang_s = 3.0 + pick % 5 if pick % 2 else HEALTH_CHECK_TIMEOUT_S + 5.0 + pick % 5
-        self._schedule(now + hang_s, "sigcont", hit[1])
-        return True
-
-    def _fault_driver_kill(self, pick: int, now: float) -> bool:
-        live = sorted(self.live_jobs(), key=lambda j: j.name)
-        if not live:
-            return False
-        self._kill_driver(live[pick % len(live)], "driver SIGKILL")
-        return True
-
-    def _kill_driver(self, job: Job, what: str) -> None:
-        assert job.proc is not None
-        job.killed_by_us = True
-        job.proc.send_signal(signal.SIGKILL)
-        log(f"{what}: {job.name} (pid {job.proc.pid})")
-
-    def _fault_node_cycle(self, pick: int, now: float) -> bool:
-        nodes = list(self.cluster.worker_nodes)
-        if len(nodes) < NODES:
-            return False  # one is already out
-        node = sorted(nodes, key=lambda n: n.node_id)[pick % len(nodes)]
-        self.cluster.remove_node(node, allow_graceful=False)
-        log(f"node removed: {node.node_id[:8]}; re-added in {3 + pick % 6} s")
-        self._schedule(now + 3.0 + pick % 6, "add_node", None)
-        return True
-
-    def _fault_s3_restart(self, pick: int, now: float) -> bool:
-        if self.s3 is None or self.s3.server is None:
-            return False
-        self.s3.stop()
-        log(f"S3 server down for {1 + pick % 3} s")
-        self._schedule(now + 1.0 + pick % 3, "s3_start", None)
-        return True
-
-    def _fault_storage_errors(self, pick: int, now: float) -> bool:
-        if not any(j.storage == "s3" for j in self.live_jobs()):
-            return False
-        rate = (0.05, 0.1, 0.2)[pick % 3]
-        period = 5.0 + pick % 10
-        self._storage_faults(
-            {
-                "enabled": True,
-                "write_failure_rate": rate,
-                "rename_failure_rate": rate,
-                "list_failure_rate": rate,
-            }
-        )
-        log(
-            f"storage errors on S3: {rate:.0%} of writes, renames, listings fail for {period:.0f} s"
-        )
-        self.storage_errors_until = max(self.storage_errors_until, now + period)
-        self._schedule(now + period, "storage_errors_off", None)
-        return True
-
-    def _fault_kill_in_upload(self, pick: int, now: float) -> bool:
-        live = sorted(self.live_jobs(), key=lambda j: j.name)
-        if not live:
-            return False
-        self.watch = {
-            "kind": "kill_in_upload",
-            "job": live[pick % len(live)],
-            "since": time.time(),
-            "until": now + 15,
-        }
-        return True
-
-    def _fault_driver_kill_in_state_write(self, pick: int, now: float) -> bool:
-        live = sorted((j for j in self.live_jobs() if j.kind == "train"), key=lambda j: j.name)
-        if not live:
-            return False
-        job = live[pick % len(live)]
-        self.watch = {
-            "kind": "driver_kill_in_state_write",
-            "job": job,
-            "first": self._state_stamp(job),
-            "until": now + 15,
-        }
-        return True
-
-    def _state_stamp(self, job: Job) -> Any:
-        storage_path = job.spec["storage_path"]
-        if job.storage == "local":
-            state_dir = Path(storage_path) / job.name / "_lumos"
-            with contextlib.suppress(OSError):
-                if any(".tmp-" in n for n in os.listdir(state_dir)):
-                    return "tmp"
-                return os.stat(state_dir / "run_state.json").st_mtime_ns
-            return None
-        assert self.s3 is not None
-        if self._stamp_fs is None:
-            self._stamp_fs = self.s3.fs()
-        try:
-            info = self._stamp_fs.info(f"{storage_path[5:]}/{job.name}/_lumos/run_state.json")
-        except Exception as exc:  # the server is down, or no state yet
-            return f"error {type(exc).__name__}"
-        return info.get("ETag")
-
-    def poll_watch(self, now: float) -> None:
-        w = self.watch
-        if w is None:
-            return
-        job: Job = w["job"]
-        if job.proc is None or job.done or now > w["until"]:
-            log(f"{w['kind']}: nothing to hit in time on {job.name}")
-            self.skipped[w["kind"]] += 1
-            self.watch = None
-            return
-        if w["kind"] == "kill_in_upload":
-            for m in self._markers(job):
-                if m["doing"] == "checkpoint" and m["t"] >= w["since"]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(m["pid"]), signal.SIGKILL)
-                        log(
-                            f"worker SIGKILL in checkpoint upload: pid {m['pid']} ({m['run']} step {m['step']})"
-                        )
-                        self.faults["kill_in_upload"] += 1
-                    self.watch = None
-                    return
-        else:
-            stamp = self._state_stamp(job)
-            if stamp is not None and not str(stamp).startswith("error") and stamp != w["first"]:
-                self._kill_driver(
-                    job,
-                    f"driver SIGKILL in state write ({'temp file seen' if stamp == 'tmp' else 'state changed'})",
-                )
-                self.faults["driver_kill_in_state_write"] += 1
-                self.watch = None
 
     # -- main loop ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -602,68 +416,49 @@ class Harness:
         # Faults fire for the first 80% of the time; the rest lets the last round finish.
         budget = minutes * 60.0
         plan = self.plan_faults(t0, budget * 0.8)
-        log(
-            f"seed {self.args.seed}: {len(plan)} faults planned: {dict(Counter(k for _, k, _ in plan))}"
-        )
+        planned = dict(Counter(k for _, k, _ in plan))
+        log(f"seed {self.args.seed}: {len(plan)} faults planned: {planned}")
         round_no = 0
-        round_len = 75.0  # a round's jobs take about this long under faults on 2 cores
         deadline = t0 + budget + FINISH_GRACE_S  # a job that never finishes is a violation
         while True:
             now = time.monotonic()
-            if all(j.done for j in self.jobs) and (
-                round_no == 0 or now - t0 < budget * 0.8 - round_len
-            ):
+            idle = all(j.done for j in self.jobs)
+            # A new round while faults are still to come (it may finish in the last 20%).
+            if idle and (round_no == 0 or now - t0 < budget * 0.8):
                 self.start_round(round_no)
                 round_no += 1
-            if all(j.done for j in self.jobs):
+            # The lease stall and a filled disk end themselves; the soak waits for them.
+            owned = [
+                w
+                for w in self.watches
+                if w["kind"] not in WATCHED or (w["kind"] == "disk_full" and w["job"] is not None)
+            ]
+            if all(j.done for j in self.jobs) and not owned:
                 break
             if now > deadline:
-                for j in self.jobs:
-                    if not j.done:
-                        self.violations.append(f"{j.name}: did not finish before the hard deadline")
+                self.past_deadline()
                 break
             while self.events and self.events[0][0] <= now:
                 _, _, what, arg = heapq.heappop(self.events)
                 if what == "fault":
                     self.fire(arg[0], arg[1], now, arg[2])
-                elif what == "sigcont":
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(arg, signal.SIGCONT)
-                    self.stopped_pids.discard(arg)
-                    log(f"worker SIGCONT: pid {arg}")
-                elif what == "add_node":
-                    self.cluster.add_node(num_cpus=CPUS_PER_NODE)
-                    log("node added")
-                elif what == "remove_drained":
-                    if arg in self.cluster.worker_nodes:
-                        self.cluster.remove_node(arg, allow_graceful=False)
-                    self.cluster.add_node(num_cpus=CPUS_PER_NODE)
-                    log("drained node removed, a new node added")
-                elif what == "s3_start":
-                    assert self.s3 is not None
-                    self.s3.start()
-                    log("S3 server up")
-                elif what == "storage_errors_off" and now >= self.storage_errors_until:
-                    self._storage_faults({"enabled": False})
-                    log("storage errors off")
+                else:
+                    self.follow_up(what, arg, now)
             self.poll_jobs(now)
-            self.poll_watch(now)
-            time.sleep(0.005 if self.watch else 0.1)
+            self.poll_watches(now)
+            time.sleep(self.watch_interval())
         # Pending follow-ups (SIGCONT, node add, S3 up) run before the checks.
         for _, _, what, arg in sorted(self.events):
-            if what == "sigcont":
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(arg, signal.SIGCONT)
-            elif what == "add_node":
-                self.cluster.add_node(num_cpus=CPUS_PER_NODE)
-            elif what == "remove_drained":
-                if arg in self.cluster.worker_nodes:
-                    self.cluster.remove_node(arg, allow_graceful=False)
-                self.cluster.add_node(num_cpus=CPUS_PER_NODE)
-            elif what == "s3_start" and self.s3 is not None:
-                self.s3.start()
-            elif what == "storage_errors_off":
-                self._storage_faults({"enabled": False})
+            if what != "fault":
+                self.follow_up(what, arg, float("inf"))
+            else:
+                self.unreached[arg[0]] += 1
+        self._storage_faults({"enabled": False})
+        for w in self.watches:  # armed, never hit: every job had ended
+            self.end_watch(w)
+            if w["kind"] in WATCHED:
+                self.skipped[w["kind"]] += 1
+        self.watches.clear()
         self.events.clear()
         self.stopped_pids.clear()
         log(f"all drivers ended after {time.monotonic() - t0:.0f} s; checking invariants")
@@ -673,24 +468,57 @@ class Harness:
         self.violations += violations
         return self.report()
 
+    def past_deadline(self) -> None:
+        """The hard deadline passed: each job still running is a violation; its driver is
+        killed (the checks then read what it left)."""
+        for j in self.jobs:
+            if j.done:
+                continue
+            what = f"{j.name}: did not finish before the hard deadline"
+            where = f"start {j.starts}, log {j.log_path}"
+            print(f"FAIL {what} ({where}); its last lines:", flush=True)
+            for line in log_tail(j.log_path):
+                print(f"      | {line}", flush=True)
+            self.violations.append(f"{what} ({where})")
+            if j.proc is not None and j.proc.poll() is None:
+                j.killed_by_us = True
+                j.proc.kill()
+                rc = j.proc.wait()
+                j.exits.append(Exit(j.starts, rc, j.log_path, "killed at the hard deadline"))
+                log(f"driver SIGKILL at the hard deadline: {j.name} (pid {j.proc.pid})")
+                j.proc = None
+            j.done = True
+        for w in self.watches:
+            proc = w.get("proc")
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                log(f"stale driver SIGKILL at the hard deadline: pid {proc.pid}")
+
     def start_round(self, round_no: int) -> None:
         modes = ["sync", "async"] if round_no % 2 == 0 else ["async", "sync"]
         for i, storage in enumerate(self.storages):
-            self.new_job(
-                "train", f"train-r{round_no}-{storage}-{modes[i % 2]}", storage, modes[i % 2]
-            )
+            mode = modes[i % 2]
+            self.new_job("train", f"train-r{round_no}-{storage}-{mode}", storage, mode, round_no)
         if self.args.sweep and round_no % 2 == 0:
             storage = self.storages[(round_no // 2) % len(self.storages)]
-            self.new_job("sweep", f"sweep-r{round_no}-{storage}", storage, "sync")
+            self.new_job("sweep", f"sweep-r{round_no}-{storage}", storage, "sync", round_no)
 
     def report(self) -> int:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items())) or "none"
         if self.skipped:
-            log(
-                "faults skipped (no target at the time): "
-                + ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items()))
-            )
-        log(f"workdir: {self.workdir}")
+            skipped = ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items()))
+            log(f"faults skipped (no target at the time): {skipped}")
+        if self.unreached:
+            unreached = ", ".join(f"{k} {n}" for k, n in sorted(self.unreached.items()))
+            log(f"faults not reached (every job had ended): {unreached}")
+        if self.violations:
+            print(f"failed checks ({len(self.violations)}):", flush=True)
+            for v in self.violations:
+                print(f"  FAIL {v}", flush=True)
+        print(f"soak state: {self.workdir}", flush=True)
+        if self.violations or self.lost:
+            print(f"rerun this seed: {rerun_command(self.args, self.args.seed)}", flush=True)
         line = (
             f"faults injected: {sum(self.faults.values())} ({kinds}) · runs resumed: {self.resumed} · "
             f"committed checkpoints lost: {self.lost} · invariant violations: {len(self.violations)}"
@@ -700,30 +528,101 @@ class Harness:
         return 1 if self.violations or self.lost else 0
 
 
-def _result_of(log_path: Path) -> dict[str, Any] | None:
-    for line in reversed(log_path.read_text(errors="replace").splitlines()):
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[len("RESULT ") :]))
-    return None
+# -- the command line ---------------------------------------------------------------------------
+def rerun_command(args: argparse.Namespace, seed: int) -> str:
+    """The command that runs ``seed`` again with the same settings."""
+    script = os.path.relpath(HERE / "soak.py")
+    parts = ["python", script, "--minutes", f"{args.minutes:g}", "--seed", str(seed)]
+    if args.storage != "both":
+        parts += ["--storage", args.storage]
+    if not args.sweep:
+        parts.append("--no-sweep")
+    if getattr(args, "kinds", None):
+        parts += ["--kinds", ",".join(args.kinds)]
+    return shlex.join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
+def fresh_seed(previous: set[int]) -> int:
+    """A seed from ``os.urandom`` and the clock: never a built-in one, never one run before."""
+    while True:
+        seed = (int.from_bytes(os.urandom(4), "big") ^ time.time_ns()) % (1 << 31)
+        if seed not in BUILT_IN_SEEDS and seed not in previous:
+            return seed
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    """``--seeds N``: N fresh seeds in a row, each a soak of its own; stop at the first failure."""
+    done: list[int] = []
+    for i in range(args.seeds):
+        seed = fresh_seed(set(done))
+        log(f"seed {i + 1} of {args.seeds}: {seed} (fresh: os.urandom and the clock)")
+        cmd = [sys.executable, str(HERE / "soak.py"), "--minutes", f"{args.minutes:g}"]
+        cmd += ["--seed", str(seed), "--storage", args.storage]
+        if not args.sweep:
+            cmd.append("--no-sweep")
+        if args.kinds:
+            cmd += ["--kinds", ",".join(args.kinds)]
+        if args.workdir:
+            cmd += ["--workdir", str(Path(args.workdir) / f"seed-{seed}")]
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            print(
+                f"seeds: seed {seed} failed (exit {rc}, run {i + 1} of {args.seeds}); "
+                f"rerun it: {rerun_command(args, seed)}",
+                flush=True,
+            )
+            return 1
+        done.append(seed)
+    print(f"seeds: all {args.seeds} passed ({', '.join(map(str, done))})", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--minutes", type=float, required=True)
-    parser.add_argument("--seed", type=int, required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seed", type=int, help="one soak with this seed (reproduces its faults)")
+    which.add_argument(
+        "--seeds", type=int, help="this many fresh seeds in a row; stops at the first failure"
+    )
     parser.add_argument("--storage", choices=["local", "s3", "both"], default="both")
+    parser.add_argument(
+        "--kinds",
+        type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
+        help="only these fault kinds, comma-separated (default: every kind; see README.md)",
+    )
     parser.add_argument("--no-sweep", dest="sweep", action="store_false")
     parser.add_argument(
-        "--workdir", help="where storage, ledger and logs go (default: a new temp dir)"
+        "--workdir",
+        help="the soak's state (storage, ledger, logs) goes here (default: a new temp dir; "
+        "with --seeds, one folder per seed under it)",
     )
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE))
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
+    unknown = sorted(set(args.kinds or ()) - set(ALL_KINDS))
+    if unknown:
+        parser.error(f"--kinds: unknown kind(s) {unknown}; the kinds are {', '.join(ALL_KINDS)}")
+    if args.minutes <= 0:
+        parser.error(f"--minutes must be positive, got {args.minutes:g}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.seeds is not None:
+        return run_seeds(args)
     harness = Harness(args)
+    print(f"soak state: {harness.workdir}", flush=True)
     try:
         harness.start()
         return harness.run()
+    except BaseException:
+        print(f"soak state: {harness.workdir}", flush=True)
+        print(f"rerun this seed: {rerun_command(args, args.seed)}", flush=True)
+        raise
     finally:
         harness.shutdown()
 

@@ -7,7 +7,8 @@ the same arguments (the same ``RunConfig``), which resumes the run / the sweep.
     python soak_driver.py sweep --address A --spec JSON
 
 ``--spec`` holds the storage (``storage_path``, optional S3 ``endpoint``), the name and
-the training loop's config. On success it prints one JSON line (``RESULT {...}``).
+the training loop's config. It prints ``DRIVER {"pid", "ray_job"}`` once connected and,
+on success, one JSON line ``RESULT {...}``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ def _filesystem(spec: dict[str, Any]) -> Any:
 
     fs = testing.s3_filesystem(endpoint)
     if spec.get("faults_file") and hasattr(testing, "FaultyFileSystem"):
+        from soak_s3fs import MultipartFaultyFileSystem
+
         # Off until the harness switches it on through the control file (in every
-        # process that has the filesystem: this driver and the Train workers).
-        fs = testing.FaultyFileSystem(
+        # process that has the filesystem: this driver and the Train workers). Its
+        # uploads go in 5 MiB parts (soak_s3fs.py): the big shards are multipart.
+        fs = MultipartFaultyFileSystem(
             fs,
             seed=spec["seed"],
             enabled=False,
@@ -64,7 +68,13 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
         ),
         validation_config=train.ValidationConfig(
             soak_workloads.validate,
-            task_config=train.ValidationTaskConfig(timeout_s=120),
+            task_config=train.ValidationTaskConfig(
+                fn_kwargs={
+                    "ledger_dir": spec["loop"]["ledger_dir"],
+                    "sleep_s": spec["validate_s"],
+                },
+                timeout_s=120,
+            ),
             ray_remote_kwargs={"num_cpus": 0},
         ),
     ).fit()
@@ -129,12 +139,21 @@ def main() -> int:
     spec = json.loads(args.spec)
     sys.path.insert(0, HERE)
 
+    import time
+
     import ray
 
     ray.init(
         address=args.address,
         job_config=ray.job_config.JobConfig(code_search_path=[HERE]),
         log_to_driver=False,
+    )
+    # Who this driver is, for the harness: its Ray job id is in every ledger line its
+    # workers write (the lease check tells two drivers of one run apart by it).
+    job_id = ray.get_runtime_context().get_job_id()
+    print(
+        "DRIVER " + json.dumps({"pid": os.getpid(), "ray_job": job_id, "t": time.time()}),
+        flush=True,
     )
     out = run_train(spec) if args.kind == "train" else run_sweep(spec)
     print("RESULT " + json.dumps(out, default=str), flush=True)

@@ -7,10 +7,14 @@ harness's own directory (``config["ledger_dir"]``):
 
 * ``ledger/<run>.jsonl``: one JSON line per ``train.report`` that returned on a rank
   (``run``, ``rank``, ``step``, ``ckpt``, ``mode``, ``attempt``, ``pid``, ``seen``:
-  the latest committed checkpoint this rank knows of right after the report);
+  the latest committed checkpoint this rank knows of right after the report; ``job``:
+  the Ray job id of the driver whose run it is, ``t``: when);
 * ``markers/<run>/rank<r>.json``: this rank's pid and what it is doing now
-  (``"step"`` or ``"checkpoint"`` with the step), so the fault injector finds the
-  worker processes and can kill one in the middle of a checkpoint upload.
+  (``"step"``, ``"checkpoint"`` with the step, ``"done"`` once the training function
+  returns), so the fault injector finds the worker processes, can kill one in the
+  middle of a checkpoint upload, and knows when training finished;
+* ``markers/<run>/validation.json``: the validation running now (``"validating"``)
+  or the last one that ended (``"validated"``), with its checkpoint.
 
 The Tune trial appends ``start`` / ``end`` lines to ``ledger/trials.jsonl``.
 """
@@ -47,14 +51,18 @@ def _append(path: str, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def _mark(config: dict[str, Any], rank: int, doing: str, step: int) -> None:
-    directory = os.path.join(config["ledger_dir"], "markers", config["run"])
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"rank{rank}.json")
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"pid": os.getpid(), "doing": doing, "step": step, "t": time.time()}, f)
+        json.dump(doc, f)
     os.replace(tmp, path)
+
+
+def _mark(config: dict[str, Any], rank: int, doing: str, step: int) -> None:
+    directory = os.path.join(config["ledger_dir"], "markers", config["run"])
+    doc = {"pid": os.getpid(), "doing": doing, "step": step, "t": time.time()}
+    _write_json(os.path.join(directory, f"rank{rank}.json"), doc)
 
 
 def _name_of(checkpoint: Any) -> str | None:
@@ -82,6 +90,7 @@ def train_fn(config: dict[str, Any]) -> None:
         else train.CheckpointUploadMode.SYNC
     )
     ledger = os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl")
+    job_id = _ray_job_id()
     start = 0
     weights = torch.zeros(config["shard_floats"])
     checkpoint = train.get_checkpoint()
@@ -129,6 +138,8 @@ def train_fn(config: dict[str, Any]) -> None:
         _append(
             ledger,
             {
+                "t": time.time(),
+                "job": job_id,
                 "run": config["run"],
                 "rank": rank,
                 "step": step,
@@ -139,12 +150,37 @@ def train_fn(config: dict[str, Any]) -> None:
                 "seen": _name_of(train.get_checkpoint()),
             },
         )
+    _mark(config, rank, "done", int(config["steps"]))
 
 
-def validate(checkpoint: Any) -> dict[str, Any]:
-    """Load every shard of ``checkpoint``; its step and the shards' mean weight."""
+def _ray_job_id() -> str | None:
+    import ray
+
+    try:
+        return str(ray.get_runtime_context().get_job_id())
+    except Exception:  # not under Ray
+        return None
+
+
+def validate(
+    checkpoint: Any, ledger_dir: str | None = None, sleep_s: float = 0.0
+) -> dict[str, Any]:
+    """Load every shard of ``checkpoint``; its step and the shards' mean weight.
+
+    With ``ledger_dir`` it marks ``markers/<run>/validation.json`` while it runs, and it
+    takes ``sleep_s`` longer (so a driver can be killed while one is in progress).
+    """
     import torch
 
+    path = str(checkpoint.path).rstrip("/")
+    run, name = path.rsplit("/", 2)[-2:]
+    marker = None
+    if ledger_dir is not None:
+        marker = os.path.join(ledger_dir, "markers", run, "validation.json")
+        _write_json(
+            marker, {"pid": os.getpid(), "ckpt": name, "doing": "validating", "t": time.time()}
+        )
+    time.sleep(sleep_s)
     with checkpoint.as_directory() as d:
         with open(os.path.join(d, META)) as f:
             step = int(json.load(f)["step"])
@@ -152,6 +188,10 @@ def validate(checkpoint: Any) -> dict[str, Any]:
         values = [
             float(torch.load(os.path.join(d, n), weights_only=True)["w"].mean()) for n in shards
         ]
+    if marker is not None:
+        _write_json(
+            marker, {"pid": os.getpid(), "ckpt": name, "doing": "validated", "t": time.time()}
+        )
     return {
         "val_step": step,
         "val_loss": sum(values) / max(len(values), 1),
