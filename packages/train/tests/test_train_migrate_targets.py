@@ -4,9 +4,7 @@ check the lumos.tune names and run the command on Ray's example scripts)."""
 
 from __future__ import annotations
 
-import importlib
-
-from lumos.storage.migrate import lumos_targets
+from lumos.storage.migrate import lumos_targets, missing_targets
 
 # Targets added for issue 30 with `lumos migrate` (Ray's names lumos gained): if one is
 # missing here, that change is not installed yet, not a wrong table entry.
@@ -20,14 +18,7 @@ ADDED_FOR_MIGRATE = {
 def test_every_lumos_train_target_of_the_table_exists() -> None:
     targets = [t for t in lumos_targets() if t.target.split(".")[:2] == ["lumos", "train"]]
     assert len(targets) > 30
-    missing: list[str] = []
-    for target in targets:
-        try:
-            module = importlib.import_module(target.module)
-            if not target.is_module:
-                getattr(module, target.target.rpartition(".")[2])
-        except (ImportError, AttributeError) as exc:
-            missing.append(f"{target.target} ({type(exc).__name__}: {exc})")
+    missing = missing_targets("train")
     pending = [m for m in missing if m.split(" ")[0] in ADDED_FOR_MIGRATE]
     wrong = [m for m in missing if m not in pending]
     assert not wrong, "lumos migrate's table names lumos names that do not exist:\n" + "\n".join(

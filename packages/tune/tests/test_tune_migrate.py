@@ -4,7 +4,6 @@ every lumos.tune name its table rewrites to, imported from the installed package
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 from test_tune_ray_examples import EXAMPLES, SCRIPTS, rewrite
 
-from lumos.storage.migrate import lumos_targets
+from lumos.storage.migrate import lumos_targets, missing_targets
 
 LUMOS = Path(sys.executable).parent / "lumos"  # the console script lumos-storage installs
 RAY_EXAMPLES = [EXAMPLES, EXAMPLES.parent.parent / "train" / "examples"]
@@ -48,16 +47,9 @@ def lumos_migrate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_lumos_tune_target_of_the_table_exists() -> None:
-    missing: list[str] = []
     targets = [t for t in lumos_targets() if t.target.split(".")[:2] == ["lumos", "tune"]]
     assert len(targets) > 60
-    for target in targets:
-        try:
-            module = importlib.import_module(target.module)
-            if not target.is_module:
-                getattr(module, target.target.rpartition(".")[2])
-        except (ImportError, AttributeError) as exc:
-            missing.append(f"{target.target} ({type(exc).__name__}: {exc})")
+    missing = missing_targets("tune")
     pending = [m for m in missing if m.split(" ")[0] in ADDED_FOR_MIGRATE]
     wrong = [m for m in missing if m not in pending]
     assert not wrong, "lumos migrate's table names lumos names that do not exist:\n" + "\n".join(

@@ -25,6 +25,7 @@ from lumos.storage._internal.migrate_cli import (
 from lumos.storage._internal.migrate_resolve import (
     Mapped as Mapped,
     lumos_targets as lumos_targets,
+    missing_targets as missing_targets,
 )
 
 __all__ = [
@@ -35,5 +36,6 @@ __all__ = [
     "lumos_targets",
     "migrate_file",
     "migrate_source",
+    "missing_targets",
     "python_files",
 ]

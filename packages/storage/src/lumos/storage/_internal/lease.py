@@ -294,8 +294,9 @@ class Lease:
 
         A driver that was stopped (SIGSTOP, a VM pause, a late renewal) for longer than
         ``ttl_s`` may have been taken over; it must not write the run again. A lease
-        whose last renewal is older than ``ttl_s`` is renewed here first (that fails
-        when another driver holds it now). A released lease fences nothing.
+        whose last renewal is older than 0.8 ``ttl_s`` (close to expiring, or expired)
+        is renewed here first, which fails when another driver holds it now. A
+        released lease fences nothing.
 
         Raises:
             LeaseHeldError: The lease was lost: another driver owns the run.

@@ -3,6 +3,7 @@ decision out; the table is :mod:`lumos.storage._internal.migrate_table`)."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from lumos.storage._internal.migrate_table import (
@@ -135,3 +136,24 @@ def lumos_targets() -> list[Mapped]:
     for target in [*NAMES.values(), *(t for pair in AMBIGUOUS.values() for t in pair)]:
         found.setdefault(target, Mapped(target))
     return [found[t] for t in sorted(found)]
+
+
+def missing_targets(package: str) -> list[str]:
+    """The table's targets under ``lumos.<package>`` that the installed lumos lacks,
+    each as ``"name (error)"``; empty when every rewrite lands on a real name.
+
+    Example:
+        >>> missing_targets("tune")  # doctest: +SKIP
+        []
+    """
+    missing: list[str] = []
+    for target in lumos_targets():
+        if target.target.split(".")[:2] != ["lumos", package]:
+            continue
+        try:
+            module = importlib.import_module(target.module)
+            if not target.is_module:
+                getattr(module, target.target.rpartition(".")[2])
+        except (ImportError, AttributeError) as exc:
+            missing.append(f"{target.target} ({type(exc).__name__}: {exc})")
+    return missing

@@ -158,7 +158,6 @@ class LocalDriver:
         self.session: _LocalSession | None = None
         self.fired: Fired | None = None  # rank 0: the check that fired
         self.rolling_back = False  # every rank: a check fired, the function stops
-        self.last_metrics: dict[str, Any] = {}
 
     # -- Outbox: every message of the session arrives here --------------------------------
     def put(self, item: tuple[str, int, Any]) -> None:
@@ -234,8 +233,6 @@ class LocalDriver:
         sync = [
             rep.index for _, rep in reports if rep.checkpoint_dir_name and not rep.upload_pending
         ]
-        if reports and reports[0][0] == 0:
-            self.last_metrics = reports[0][1].metrics
         outcome = self._process(rounds, idle_s) if self._core is not None else _Outcome()
         if self._exchange.world_size > 1:
             shared = self._exchange.broadcast(
@@ -391,8 +388,6 @@ class _LocalRun:
     def _begin(self) -> WorkerRunArgs:
         core = self._rank0()
         args = core.begin_attempt(self._next, self._exchange.world_size, self._resume)
-        if args.training_done:
-            core.console.info(messages.training_done_line(core.outstanding()))
         if self._rolled_back_at is not None:
             seconds = time.monotonic() - self._rolled_back_at
             self._rolled_back_at = None

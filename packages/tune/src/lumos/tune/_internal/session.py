@@ -109,15 +109,14 @@ class TrialSession:
             elif nested_checkpoint is not None:
                 dir_name = self._nested_dir(nested_checkpoint)
             self._reached_stop = self._reached_stop or _reaches(row, self.sweep.stop)
-            if not self._look_due(row):
-                # Judged by the driver: the answer is read at the next report (settle()),
-                # so training goes on meanwhile and this report may still be the last.
-                self._verdict_due = self.sweep.judge_reports and not self._reached_stop
-                self._session.emit(
-                    (it, row, dir_name, True) if self._verdict_due else (it, row, dir_name)
-                )
+            look = self._look_due(row)  # population-based training waits for it here
+            # Judged by the driver otherwise: the answer is read at the next report
+            # (settle()), so training goes on meanwhile and this report may be the last.
+            self._verdict_due = not look and self.sweep.judge_reports and not self._reached_stop
+            awaiting = look or self._verdict_due
+            self._session.emit((it, row, dir_name, True) if awaiting else (it, row, dir_name))
+            if not look:
                 return
-            self._session.emit((it, row, dir_name, True))
             verdict = self._receive_verdict()  # the driver's answer (a stop wakes it too)
         if verdict != GO:
             self.stop_event.set()

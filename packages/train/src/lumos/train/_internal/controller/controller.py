@@ -156,7 +156,6 @@ class TrainController:
         if self.core.training_done and self.workers.group is None:
             # Training finished under an earlier driver: finish what is left, no workers.
             self.core.begin_attempt(state.attempt, 0, state.resume_from)
-            self.console.info(messages.training_done_line(self.core.outstanding()))
             return RunningState(attempt=state.attempt)
         run = self.spec.run
         step = "start the workers"  # what failed, for the failure's message

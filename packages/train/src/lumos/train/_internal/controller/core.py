@@ -94,7 +94,6 @@ class RunCore:
         validation: The validation component.
         health: The health-check and rollback component.
         components: Every component, in the order their hooks run.
-        last_metrics: Rank 0's latest metrics (the ``Result``'s metrics).
     """
 
     def __init__(
@@ -125,7 +124,6 @@ class RunCore:
             *extra,
         )
         self.attempt = Attempt(-1, 0, 0, None, ReportAggregator(0))
-        self.last_metrics: dict[str, Any] = {}
 
     # -- RunHandle (what components use) --------------------------------------------------
     def notify(self, message: tuple[Any, ...]) -> None:
@@ -172,6 +170,8 @@ class RunCore:
         self.book.begin_attempt(index)
         for c in self.components:
             c.attempt_started(self.attempt)
+        if self.training_done:  # an attempt that only finishes what an earlier one left
+            self.console.info(messages.training_done_line(self.outstanding()))
         run = self.run
         path, fs = run.worker_storage
         return WorkerRunArgs(
@@ -196,7 +196,6 @@ class RunCore:
         """A rank's ``train.report()``; rank 0's is checked before it can commit."""
         if rank == 0:
             self.metrics.add(report.index, report.metrics)
-            self.last_metrics = report.metrics
             verdict = self._first(lambda c: c.report_received(report))
             if verdict is not None:
                 return verdict
