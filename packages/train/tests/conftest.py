@@ -95,6 +95,9 @@ def run_config(tmp_path: Path, name: str = "run", **kwargs: Any) -> Any:
 
 
 _BY_VALUE = (train_fns, report_fns, health_fns)
+RAY_CLUSTER_FIXTURES = {"ray_cluster", "cluster"}
+"""Fixtures that start a Ray cluster whose workers unpickle the shared modules by value
+(``cluster`` is the simulated multi-node one in ``cluster/conftest.py``)."""
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +105,7 @@ def _in_process_pickles_by_reference(request: pytest.FixtureRequest) -> Iterator
     """Tests without a Ray cluster (fake groups, in process) pickle the shared test
     functions by reference, even after ``ray_cluster`` registered them to pickle by
     value for Ray's workers: some hold an Event, which pickles only by reference."""
-    if "ray_cluster" in request.fixturenames:
+    if RAY_CLUSTER_FIXTURES & set(request.fixturenames):
         yield
         return
     from ray import cloudpickle

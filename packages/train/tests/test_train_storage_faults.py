@@ -12,22 +12,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import train_fns
 
 from lumos import train
 from lumos.runtime.testing import FakeCluster
-from lumos.storage import RetryPolicy, RunStorage, StorageIOError, set_retry_policy
+from lumos.storage import RunStorage, StorageIOError
 from lumos.train._internal.data_positions import positions_path, read_positions, write_positions
 
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
 
-from lumos.storage.testing import FaultyFileSystem, S3Server, s3_server
+from lumos.storage.testing import FAST_RETRY_POLICY, S3Server, retry_policy, s3_server
 
-FAST = RetryPolicy(max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01, max_total_s=30.0)
+FAST = FAST_RETRY_POLICY
 RATES = {f"{kind}_failure_rate": 0.3 for kind in ("write", "rename", "list", "read", "delete")}
 
 
@@ -39,18 +38,13 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def fast_retries() -> Iterator[None]:
-    previous = set_retry_policy(FAST)
-    yield
-    set_retry_policy(previous)
-
-
-def _faulty(s3: S3Server, **settings: Any) -> FaultyFileSystem:
-    return FaultyFileSystem(s3.filesystem(), seed=4, max_consecutive=3, **settings)
+    with retry_policy(FAST):
+        yield
 
 
 def test_a_run_on_faulty_s3_commits_every_checkpoint_and_metric(s3: S3Server) -> None:
     bucket = s3.create_bucket()
-    fs = _faulty(s3, **RATES)
+    fs = s3.faulty_filesystem(**RATES)
     trainer = train.DataParallelTrainer(
         train_fns.checkpointing_loop,
         train_loop_config={"steps": 4},
@@ -75,7 +69,7 @@ def test_a_run_on_faulty_s3_commits_every_checkpoint_and_metric(s3: S3Server) ->
 
 
 def test_loader_positions_through_faults_and_a_failed_write(s3: S3Server) -> None:
-    fs = _faulty(s3, write_failure_rate=0.5, read_failure_rate=0.5)
+    fs = s3.faulty_filesystem(write_failure_rate=0.5, read_failure_rate=0.5)
     storage = RunStorage(f"{s3.create_bucket()}/runs", "run", fs)
     for i in range(4):
         write_positions(storage, f"checkpoint_{i}", {0: b"r0-%d" % i, 1: b"r1-%d" % i}, 2)

@@ -28,8 +28,13 @@ from ray import cloudpickle
 
 from lumos import tune
 from lumos.runtime.testing import FakeWorkerPool
-from lumos.storage import RetryPolicy, set_retry_policy
-from lumos.storage.testing import FaultyFileSystem, S3Server, s3_server
+from lumos.storage import RetryPolicy
+from lumos.storage.testing import (
+    FaultyFileSystem,
+    S3Server,
+    retry_policy,
+    s3_server,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -45,9 +50,8 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def fast_retries() -> Iterator[None]:
-    previous = set_retry_policy(FAST)
-    yield
-    set_retry_policy(previous)
+    with retry_policy(FAST):
+        yield
 
 
 class JournalTimeouts(FaultyFileSystem):

@@ -44,9 +44,15 @@ def rewrite(source: str) -> str:
 # shares its sweep name with hyperband_function_example.
 MORE_SCRIPTS = ["optuna_example", "optuna_multiobjective_example", "hyperband_example"]
 
-# As a user runs them: one after the other, one HOME, the default storage. Two of them
-# (hyperband_example, hyperband_function_example) name their sweep "hyperband_test".
+# As a user runs them: one after the other, one HOME, the default storage. Four of them
+# name their sweep "hyperband_test", each another sweep (trainable or space; in this order).
 IN_ORDER = [*MORE_SCRIPTS, *SCRIPTS]
+SHARE_A_NAME = {
+    "hyperband_example": "MyTrainableClass",
+    "logging_example": "easy_objective",
+    "hyperband_function_example": "train_func",
+    "custom_func_checkpointing": "train_func",
+}
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +85,18 @@ def test_ray_example_runs_migrated_in_one_shared_home(name: str, home: Path) -> 
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Best hyperparameters" in run.stdout
     assert (home / "lumos_results").is_dir()  # lumos ran it, not Ray Tune
-    if name == "hyperband_function_example":  # after hyperband_example, same name
+    earlier = [n for n in IN_ORDER[: IN_ORDER.index(name)] if n in SHARE_A_NAME]
+    if name in SHARE_A_NAME and earlier:  # another sweep took the name: this one runs beside
         said = " ".join(run.stdout.split())  # the console may wrap the line
-        assert "starting this one as 'hyperband_test-2' beside it" in said, said[-2000:]
+        beside = f"hyperband_test-{len(earlier) + 1}"
+        assert f"starting this one as '{beside}' beside it" in said, said[:3000]
 
 
-def test_the_two_hyperband_test_sweeps_were_kept_apart(home: Path) -> None:
+def test_the_sweeps_sharing_a_name_were_kept_apart(home: Path) -> None:
     results = home / "lumos_results"
-    stored = {p.name for p in results.iterdir() if p.name.startswith("hyperband_test")}
-    assert stored == {"hyperband_test", "hyperband_test-2"}
-    for name, trainable in [
-        ("hyperband_test", "MyTrainableClass"),
-        ("hyperband_test-2", "train_func"),
-    ]:
+    stored = sorted(p.name for p in results.iterdir() if p.name.startswith("hyperband_test"))
+    expected = ["hyperband_test"] + [f"hyperband_test-{i}" for i in range(2, len(SHARE_A_NAME) + 1)]
+    assert stored == expected
+    for name, trainable in zip(expected, SHARE_A_NAME.values(), strict=True):
         state = json.loads((results / name / "_lumos" / "tuner.json").read_text())
-        assert state["trainable"] == trainable
+        assert state["trainable"] == trainable, name

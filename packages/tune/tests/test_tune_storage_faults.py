@@ -29,8 +29,14 @@ from ray import cloudpickle
 
 from lumos import tune
 from lumos.runtime.testing import FakeWorkerPool
-from lumos.storage import RetryPolicy, RunStorage, StorageIOError, set_retry_policy
-from lumos.storage.testing import FaultyFileSystem, S3Server, s3_server
+from lumos.storage import RunStorage, StorageIOError
+from lumos.storage.testing import (
+    FAST_RETRY_POLICY,
+    FaultyFileSystem,
+    S3Server,
+    retry_policy,
+    s3_server,
+)
 from lumos.tune._internal.controller import ControllerSettings, TuneController
 from lumos.tune._internal.experiment import open_experiment
 from lumos.tune._internal.journal import FsJournal
@@ -44,7 +50,7 @@ from lumos.tune.testing import ScriptedExecutor, Step, report
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FAST = RetryPolicy(max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01, max_total_s=30.0)
+FAST = FAST_RETRY_POLICY
 KINDS = ("write", "rename", "list", "read", "delete")
 ALL_TRANSIENT = {f"{kind}_failure_rate": 0.3 for kind in KINDS}
 
@@ -57,20 +63,15 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def fast_retries() -> Iterator[None]:
-    previous = set_retry_policy(FAST)
-    yield
-    set_retry_policy(previous)
-
-
-def _faulty(s3: S3Server, **settings: Any) -> FaultyFileSystem:
-    return FaultyFileSystem(s3.filesystem(), seed=4, max_consecutive=3, **settings)
+    with retry_policy(FAST):
+        yield
 
 
 # -- the journals ----------------------------------------------------------------------
 
 
 def test_trial_journal_on_faulty_s3_stores_every_record_once(s3: S3Server) -> None:
-    fs = _faulty(s3, **ALL_TRANSIENT)
+    fs = s3.faulty_filesystem(**ALL_TRANSIENT)
     path = f"{s3.create_bucket()}/exp/_lumos/trials.journal"
     journal = TrialJournal(FsJournal(fs, path))
     expected: list[Any] = []
@@ -90,7 +91,7 @@ def test_trial_journal_on_faulty_s3_stores_every_record_once(s3: S3Server) -> No
 
 
 def test_a_journal_write_that_fails_for_good_keeps_what_was_flushed(s3: S3Server) -> None:
-    fs = _faulty(s3)
+    fs = s3.faulty_filesystem()
     path = f"{s3.create_bucket()}/exp/_lumos/study.journal"
     journal = FsJournal(fs, path)
     journal.append([{"n": 1}])
@@ -156,7 +157,7 @@ def test_a_local_journal_on_a_full_disk_fails_at_once_saying_so() -> None:
 def test_tuner_state_round_trips_through_faults_and_survives_a_failed_write(
     s3: S3Server,
 ) -> None:
-    fs = _faulty(s3, write_failure_rate=0.5, read_failure_rate=0.5)
+    fs = s3.faulty_filesystem(write_failure_rate=0.5, read_failure_rate=0.5)
     storage = RunStorage(f"{s3.create_bucket()}/sweeps", "exp", fs)
     for x in range(4):
         save_tuner_state(storage, {"x": x}, {"metric": "loss"})
@@ -181,7 +182,7 @@ SPACE = {"lr": tune.uniform(0.0, 1.0)}
 
 
 def test_an_experiment_that_cannot_be_created_leaves_no_half_state(s3: S3Server) -> None:
-    fs = _faulty(s3, write_failure_rate=1.0, permanent=True)
+    fs = s3.faulty_filesystem(write_failure_rate=1.0, permanent=True)
     storage = RunStorage(f"{s3.create_bucket()}/sweeps", "exp", fs)
     with pytest.raises(StorageIOError) as info:
         open_experiment(storage, SearchSpace(SPACE), CFG)
@@ -219,7 +220,9 @@ def _pbt_sweep(storage: RunStorage) -> TuneController:
 
 
 def test_pbt_clones_on_faulty_s3_are_committed_whole(s3: S3Server) -> None:
-    fs = _faulty(s3, **{**ALL_TRANSIENT, "rename_failure_rate": 1.0})  # 3 in a row, then through
+    fs = s3.faulty_filesystem(
+        **{**ALL_TRANSIENT, "rename_failure_rate": 1.0}
+    )  # 3 in a row, then through
     storage = RunStorage(f"{s3.create_bucket()}/sweeps", "pbt", fs)
     trials = _pbt_sweep(storage).run()
     assert all(t.status is TrialStatus.TERMINATED for t in trials)
@@ -245,7 +248,7 @@ def test_pbt_clones_on_faulty_s3_are_committed_whole(s3: S3Server) -> None:
 def test_a_pbt_clone_that_fails_for_good_stops_the_sweep_and_keeps_committed_state(
     s3: S3Server,
 ) -> None:
-    fs = _faulty(s3, rename_failure_rate=1.0, permanent=True)  # only clones copy objects
+    fs = s3.faulty_filesystem(rename_failure_rate=1.0, permanent=True)  # only clones copy objects
     storage = RunStorage(f"{s3.create_bucket()}/sweeps", "pbt", fs)
     with pytest.raises(StorageIOError) as info:
         _pbt_sweep(storage).run()
@@ -307,7 +310,7 @@ def test_a_sweep_on_faulty_s3_finishes_and_its_files_and_study_read_back(
     s3: S3Server, tmp_path: Path
 ) -> None:
     bucket = s3.create_bucket()
-    fs = _faulty(s3, **ALL_TRANSIENT)
+    fs = s3.faulty_filesystem(**ALL_TRANSIENT)
     grid = _fit(bucket, fs)
     assert grid.num_terminated == 3, grid.errors
     assert {"write", "list", "read"} <= set(fs.injected), fs.injected

@@ -3,7 +3,9 @@
 * ``s3_server``: a real S3 API (moto's server) on loopback. Needs the ``test`` extra
   (``pip install 'lumos-storage[test]'``): moto[server] and s3fs.
 * ``FaultyFileSystem``: an fsspec filesystem that wraps another one and fails a seeded
-  fraction of its operations, for chaos tests of anything that stores runs.
+  fraction of its operations, for chaos tests of anything that stores runs;
+  ``S3Server.faulty_filesystem`` puts one in front of the moto server.
+* ``retry_policy`` / ``FAST_RETRY_POLICY``: millisecond back-offs for those tests.
 
 Example:
     >>> from lumos.storage.testing import s3_server
@@ -32,6 +34,7 @@ from lumos.storage._internal.fault_schedule import (
     read_fault_records as read_fault_records,
 )
 from lumos.storage._internal.faults import FaultyFileSystem as FaultyFileSystem
+from lumos.storage._internal.retry import RetryPolicy, set_retry_policy
 
 DUMMY_KEY = "lumos-testing"
 """Access key the S3 clients of ``s3_filesystem`` send (moto accepts any)."""
@@ -95,6 +98,43 @@ class S3Server:
         fs = self.filesystem()
         fs.mkdir(bucket)
         return bucket
+
+    def faulty_filesystem(
+        self, seed: int = 4, max_consecutive: int = 3, **settings: Any
+    ) -> FaultyFileSystem:
+        """This server's filesystem behind :class:`FaultyFileSystem` (seeded faults).
+
+        ``settings`` are ``FaultyFileSystem``'s, such as ``write_failure_rate=0.3``;
+        ``max_consecutive`` bounds the faults in a row, so that :data:`FAST_RETRY_POLICY`
+        always gets through a transient one.
+        """
+        return FaultyFileSystem(
+            self.filesystem(), seed=seed, max_consecutive=max_consecutive, **settings
+        )
+
+
+FAST_RETRY_POLICY = RetryPolicy(
+    max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01, max_total_s=30.0
+)
+"""The retry policy for tests of injected faults: the same attempts, millisecond back-offs."""
+
+
+@contextlib.contextmanager
+def retry_policy(policy: RetryPolicy = FAST_RETRY_POLICY) -> Iterator[RetryPolicy]:
+    """Use ``policy`` for every storage operation of this process inside the block.
+
+    Example (a pytest fixture)::
+
+        @pytest.fixture(autouse=True)
+        def fast_retries():
+            with retry_policy():
+                yield
+    """
+    previous = set_retry_policy(policy)
+    try:
+        yield policy
+    finally:
+        set_retry_policy(previous)
 
 
 def _wait_until_listening(host: str, port: int, timeout_s: float) -> None:
