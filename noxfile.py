@@ -29,6 +29,7 @@ nox.options.sessions = [
     "train",
     "tune",
     "integration",
+    "hosts",
     "typecheck",
 ]
 nox.options.error_on_missing_interpreters = True
@@ -172,9 +173,32 @@ def _install_all(session: nox.Session, *extra: str) -> None:
 def integration(session: nox.Session) -> None:
     """Everything that needs more than one package: Tune over Train, multi-node, S3."""
     _install_all(session)
-    _pytest(session, "integration-tests", "--ignore=integration-tests/soak")
+    _pytest(
+        session,
+        "integration-tests",
+        "--ignore=integration-tests/soak",
+        "--ignore=integration-tests/hosts",
+    )
     # The short chaos soak starts its own cluster: a pytest process of its own.
     _pytest(session, "integration-tests/soak")
+
+
+@nox.session
+def hosts(session: nox.Session) -> None:
+    """Real hosts (network namespaces on a bridge): DDP, host loss, partition, drain, sweep.
+
+    Needs root and iproute2 (skipped with the reason otherwise); about 6 minutes on 2
+    cores. Nothing here sets GLOO_SOCKET_IFNAME.
+    """
+    _install_all(session)
+    check = session.run("python", "integration-tests/hosts/hosts.py", silent=True)
+    reason = str(check or "").strip()
+    if reason != "ok":
+        session.skip(reason)
+    env = {k: v for k, v in TEST_ENV.items() if k not in {"GLOO_SOCKET_IFNAME", "RAY_ADDRESS"}}
+    session.run(
+        "pytest", "-q", "--durations=8", "integration-tests/hosts", *session.posargs, env=env
+    )
 
 
 @nox.session

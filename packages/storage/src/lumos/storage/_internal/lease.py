@@ -39,6 +39,20 @@ def _proc_start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def _machine_id() -> str:
+    """This process's machine: the kernel's boot id and its PID namespace (Linux; else "").
+
+    Two hosts may share a hostname (cloud images, containers); a pid means something
+    only where both of these match, so only then is a holder's pid checked here.
+    """
+    parts = []
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        parts.append(f.read().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return "/".join(parts)
+
+
 def _pid_alive(pid: int, start_time: str | None) -> bool:
     """Whether ``pid`` runs on this host (zombies and reused pids count as dead)."""
     if pid <= 0:
@@ -100,6 +114,7 @@ class Lease:
         self.holder = holder
         self.ttl_s = float(ttl_s)
         self.host = socket.gethostname()
+        self.machine = _machine_id()
         self.pid = os.getpid()
         self.token = uuid.uuid4().hex
         self._clock = clock
@@ -141,6 +156,7 @@ class Lease:
         return {
             "holder": self.holder,
             "host": self.host,
+            "machine": self.machine,
             "pid": self.pid,
             "pid_start": _proc_start_time(self.pid),
             "token": self.token,
@@ -160,7 +176,10 @@ class Lease:
     def _is_live(self, doc: dict[str, Any]) -> bool:
         if float(doc.get("expires_at", 0.0)) <= self._clock():
             return False
-        if doc.get("host") == self.host:
+        # The holder's pid is checked only on its own machine: another host with the same
+        # hostname would find the pid dead (or someone else's) and take a live lease.
+        # (A document without "machine", from an older lumos: the hostname decides.)
+        if doc.get("host") == self.host and doc.get("machine", self.machine) == self.machine:
             return _pid_alive(int(doc.get("pid", -1)), doc.get("pid_start"))
         return True
 

@@ -2,7 +2,10 @@
 
 Driver half (:class:`TorchBackend`): the address is rank 0's node IP. Worker half
 (:class:`TorchWorkerHooks`, runs in each training thread): every rank destroys a
-process group left over from a failed attempt; rank 0 starts the rendezvous
+process group left over from a failed attempt and, unless the user set
+``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``, points the backend at the interface
+holding its node IP (``interfaces.py``: the hostname's address is often loopback, which
+peers on other hosts cannot reach); rank 0 starts the rendezvous
 ``TCPStore`` on a port the OS picks and broadcasts the port through the runtime
 session (no extra driver round trip before the launch); the others connect to it,
 every rank sets the usual env vars and joins the new group. When the function ends
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lumos.train._internal.backend import Backend
 from lumos.train._internal.session import WorkerHooks
+from lumos.train._internal.torch.interfaces import choose_socket_interface
 from lumos.train._internal.train_context import TrainContext
 
 if TYPE_CHECKING:
@@ -40,10 +44,13 @@ def destroy_process_group_quietly() -> None:
 class TorchWorkerHooks(WorkerHooks):
     """Joins the process group in every training thread (picklable, plain values only)."""
 
-    def __init__(self, backend: str, master_addr: str, timeout_s: float) -> None:
+    def __init__(
+        self, backend: str, master_addr: str, timeout_s: float, multi_host: bool = False
+    ) -> None:
         self.backend = backend
         self.master_addr = master_addr
         self.timeout_s = timeout_s
+        self.multi_host = multi_host  # the group's workers are on more than one node
         self._group_sockets: set[int] = set()  # set by on_start in the worker
         self._store_port = -1
 
@@ -59,6 +66,8 @@ class TorchWorkerHooks(WorkerHooks):
         assert session is not None
         timeout = datetime.timedelta(seconds=self.timeout_s)
         destroy_process_group_quietly()
+        node_ip = context.get_worker_info().node_ip
+        choose_socket_interface(self.backend, node_ip, self.master_addr, self.multi_host, rank)
         # Rank 0 starts the rendezvous store (on a port the OS picks) before it sends
         # the port, so the others connect at once: with init_method="tcp://..." they may
         # race the server and fall into torch's connect back-off (up to ~0.5 s seen).
@@ -168,7 +177,8 @@ class TorchBackend(Backend):
     def prepare_launch(self, group: WorkerGroupProtocol) -> WorkerHooks:
         addr = str(group.workers[0].node_ip)
         backend = self.config.resolved_backend(self.use_gpu)
-        return TorchWorkerHooks(backend, addr, self.config.timeout_s)
+        multi_host = len({str(w.node_ip) for w in group.workers}) > 1
+        return TorchWorkerHooks(backend, addr, self.config.timeout_s, multi_host)
 
     def process_group_backend(self) -> str:
         """The ``TorchConfig`` backend (gloo on CPU, nccl with GPUs) joined under torchrun."""
