@@ -230,6 +230,32 @@ def test_local_persist_into_existing_dir_overwrites_files(tmp_path: Path, make_l
     assert Path(storage.checkpoint_path("c"), "f").read_bytes() == b"new"
 
 
+def test_local_persist_fsyncs_every_file_and_the_folders_naming_them(
+    tmp_path: Path, make_local_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint on local disk is on disk when persist_directory returns (power loss
+    included): every file and every folder whose entries changed was fsynced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    storage = RunStorage(tmp_path / "runs", "run")
+    files = {"model.pt": b"m" * 1000, "sub/deeper/opt.pt": b"o", "sub/rng": b"r"}
+    ckpt = storage.persist_directory(make_local_dir(files), "c")
+    root = Path(ckpt.path)
+    expected_files = {str(root / rel) for rel in files}
+    expected_dirs = {str(root), str(root.parent), str(root / "sub"), str(root / "sub/deeper")}
+    assert expected_files | expected_dirs <= set(synced)
+    # the folders after their files: a name is durable only once its file is
+    assert max(synced.index(f) for f in expected_files) < min(
+        synced.index(d) for d in expected_dirs
+    )
+
+
 def test_persist_directory_requires_a_directory(tmp_path: Path) -> None:
     storage = RunStorage(tmp_path / "runs", "run")
     with pytest.raises(FileNotFoundError, match="not a directory"):

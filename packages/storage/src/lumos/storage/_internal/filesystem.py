@@ -263,6 +263,27 @@ def balanced_bins(items: list[str], sizes: dict[str, int], num_bins: int) -> lis
     return [b for b in bins if b]
 
 
+def _copy_durably(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` and fsync it: on disk when this returns, power loss included."""
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_local_dirs(dest: str, rels: list[str]) -> list[str]:
+    """Create ``dest`` and the folders of ``rels`` in it; return the folders whose entries
+    change (each new folder and the one holding ``dest``), deepest first."""
+    subdirs = sorted({os.path.dirname(r) for r in rels} - {""})
+    os.makedirs(dest, exist_ok=True)
+    for d in subdirs:
+        os.makedirs(os.path.join(dest, d), exist_ok=True)
+    made = [os.path.join(dest, d) for d in subdirs] + [dest, os.path.dirname(dest)]
+    return sorted(set(made), key=lambda p: -p.count(os.sep))
+
+
 def upload_dir(
     local_dir: str,
     fs: AbstractFileSystem,
@@ -273,17 +294,16 @@ def upload_dir(
     """Copy every file of ``local_dir`` to ``dest`` on ``fs`` concurrently.
 
     Local to local uses ``shutil.copyfile`` (``copy_file_range``/``sendfile``
-    under the hood) in threads; other backends use ``fs.put_file`` in threads.
+    under the hood) in threads and fsyncs each file in the thread that copied it,
+    then the folders it created (and the one holding ``dest``): once this returns
+    the files are on disk, as the run state that will name them is. Other backends
+    use ``fs.put_file`` in threads (an object is durable once its put returned).
     Returns the relative paths copied.
     """
     rels = local_files(local_dir)
     local = is_local(fs)
-    dirs = sorted({os.path.dirname(r) for r in rels})
     if local:
-        os.makedirs(dest, exist_ok=True)
-        for d in dirs:
-            if d:
-                os.makedirs(os.path.join(dest, d), exist_ok=True)
+        made = _make_local_dirs(dest, rels)
     else:
         retry_call("mkdir", dest, functools.partial(fs.makedirs, dest, exist_ok=True))
 
@@ -293,7 +313,7 @@ def upload_dir(
         dst = join(dest, rel)
         if local:
             if os.path.abspath(src) != os.path.abspath(dst):
-                retry_call("upload", dst, functools.partial(shutil.copyfile, src, dst))
+                retry_call("upload", dst, functools.partial(_copy_durably, src, dst))
         else:
             retry_call("upload", dst, functools.partial(fs.put_file, src, dst))
         if on_file_done is not None:
@@ -306,6 +326,8 @@ def upload_dir(
         # task per file keep the per-file Python overhead at a plain copy's level.
         bins = balanced_bins(rels, sizes, min(max_workers, LOCAL_MAX_WORKERS))
         run_parallel([functools.partial(_copy_all, copy_one, b) for b in bins], len(bins))
+        for directory in made:  # the files' names are durable too, deepest first
+            _fsync_dir(directory)
     else:
         # Remote: latency-bound, one task per file, big files first.
         ordered = sorted(rels, key=lambda r: -sizes[r])
