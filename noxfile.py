@@ -195,7 +195,9 @@ def hosts(session: nox.Session) -> None:
     reason = str(check or "").strip()
     if reason != "ok":
         session.skip(reason)
-    env = {k: v for k, v in TEST_ENV.items() if k not in {"GLOO_SOCKET_IFNAME", "RAY_ADDRESS"}}
+    # the hosts' own addresses: no loopback-only Ray, no interface, no address given
+    loopback_only = {"GLOO_SOCKET_IFNAME", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {k: v for k, v in TEST_ENV.items() if k not in loopback_only}
     session.run(
         "pytest", "-q", "--durations=8", "integration-tests/hosts", *session.posargs, env=env
     )

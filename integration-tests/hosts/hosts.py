@@ -66,7 +66,15 @@ STATE_DIR = Path("/tmp/lumos-hosts")
 LOCK_FILE = Path("/tmp/lumos-hosts.lock")
 BIN = Path(sys.executable).parent
 #: Environment variables nothing the harness starts may inherit.
-UNSET = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "RAY_ADDRESS", "MASTER_ADDR", "MASTER_PORT")
+UNSET = (
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "RAY_ADDRESS",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    # the test sessions' loopback-only switch: with it, `ray start --address` refuses to join
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+)
 
 
 class HostsUnavailable(RuntimeError):
