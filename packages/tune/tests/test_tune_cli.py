@@ -191,7 +191,7 @@ def test_dashboard_serves_the_study_on_loopback(sweep: Path) -> None:
     assert script.exists(), "reinstall lumos-storage: pip install -e packages/storage"
     port = _free_port()
     proc = subprocess.Popen(
-        [str(script), "dashboard", str(sweep / "sweep-7"), "--port", str(port)],
+        [str(script), "dashboard", str(sweep / "sweep-7"), "--port", str(port), "--optuna"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -5,7 +5,8 @@ Usage::
     lumos ls ~/lumos_results                   # runs and sweeps: state, start time, best metric
     lumos show ~/lumos_results/run-42          # config, attempts, failures, checkpoints, metrics
     lumos show s3://bucket/sweeps/sweep-7 --json
-    lumos dashboard ~/lumos_results/sweep-7    # optuna-dashboard on 127.0.0.1:8080
+    lumos dashboard ~/lumos_results            # web UI of every run and sweep on 127.0.0.1:8080
+    lumos dashboard ~/lumos_results/sweep-7 --optuna   # the sweep's study in optuna-dashboard
     lumos migrate train.py scripts/            # Ray Train / Tune code -> lumos (--dry-run: a diff)
 
 Train runs are read here. Sweeps are read by lumos-tune's :class:`CliPlugin`, found

@@ -11,7 +11,7 @@ Example:
 
         $ lumos show ~/lumos_results/sweep-7          # the live table, best trial, counts
         $ lumos show ~/lumos_results/sweep-7 --json
-        $ lumos dashboard ~/lumos_results/sweep-7     # optuna-dashboard on 127.0.0.1:8080
+        $ lumos dashboard ~/lumos_results/sweep-7 --optuna  # optuna-dashboard on 127.0.0.1:8080
 """
 
 from __future__ import annotations

@@ -13,13 +13,10 @@ plugin), 2 a usage error (a path that is not a lumos run, a bad option).
 
 from __future__ import annotations
 
-import abc
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,142 +25,23 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lumos.storage._internal import cli_messages as messages, run_view
+from lumos.storage._internal import cli_messages as messages, dashboard_server, run_view
 from lumos.storage._internal.cli_messages import fmt_best, fmt_value
+from lumos.storage._internal.cli_plugins import (
+    ENTRY_POINT_GROUP as ENTRY_POINT_GROUP,
+    EXIT_ERROR as EXIT_ERROR,
+    EXIT_USAGE as EXIT_USAGE,
+    CliError as CliError,
+    CliPlugin as CliPlugin,
+    DashboardOptions as DashboardOptions,
+    PluginMissingError as PluginMissingError,
+    plugin_for as plugin_for,
+    summary_row,
+)
 from lumos.storage._internal.errors import MissingBackendError, StorageError, StorageUsageError
 from lumos.storage._internal.jsonable import json_default
 from lumos.storage._internal.migrate_cli import migrate_paths
-from lumos.storage._internal.run_view import KNOWN_OWNERS, NotARunError, StoredRun
-
-ENTRY_POINT_GROUP = "lumos.cli"
-"""The entry point group where packages register their :class:`CliPlugin`."""
-
-EXIT_ERROR = 1
-"""Exit code of an error while reading (corrupt state, missing backend or plugin)."""
-
-EXIT_USAGE = 2
-"""Exit code of a usage error (a path that is not a lumos run, a bad option)."""
-
-
-class CliError(StorageError):
-    """An error the ``lumos`` command reports as one line on stderr, with ``exit_code``.
-
-    Plugins raise it (or a subclass) for what the user can fix.
-
-    Args:
-        message: What went wrong and the way out.
-        exit_code: 1 (default) for an error while reading, 2 for a usage error.
-    """
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.exit_code))
-
-
-class PluginMissingError(CliError):
-    """A run was written by a package whose ``lumos`` plugin is not installed."""
-
-
-@dataclass(frozen=True)
-class DashboardOptions:
-    """What ``lumos dashboard`` was asked for.
-
-    Attributes:
-        host: Interface to serve on (default ``127.0.0.1``: this machine only).
-        port: TCP port to serve on.
-        journal_file: Where to write the local copy of the study (None: a temporary file).
-        print_command: Only write the file and print the command that serves it.
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    journal_file: str | None = None
-    print_command: bool = False
-
-
-class CliPlugin(abc.ABC):
-    """What a package adds to the ``lumos`` command for the runs it stores.
-
-    Register an instance in the ``lumos.cli`` entry point group under the key the
-    package's runs carry in ``RunState.extra`` (lumos-tune: ``tune``)::
-
-        [project.entry-points."lumos.cli"]
-        tune = "lumos.tune.cli:plugin"
-
-    Summaries and descriptions are JSON-able dicts: ``--json`` prints them as they are.
-
-    Attributes:
-        kind: What ``lumos ls`` calls these runs (``"sweep"``).
-    """
-
-    kind: str = "run"
-
-    @abc.abstractmethod
-    def summarize(self, run: StoredRun, metric: str | None, mode: str | None) -> dict[str, Any]:
-        """One ``lumos ls`` row: the keys of :func:`summarize_run` (``best`` may be None).
-
-        Args:
-            run: The stored run.
-            metric: The ``--metric`` asked for (None: the run's own).
-            mode: ``min``/``max`` asked for (None: the run's own).
-        """
-
-    @abc.abstractmethod
-    def describe(self, run: StoredRun) -> dict[str, Any]:
-        """Everything ``lumos show`` tells about the run."""
-
-    @abc.abstractmethod
-    def render(self, detail: dict[str, Any], console: Console) -> None:
-        """Print :meth:`describe`'s dict for people."""
-
-    def dashboard(self, run: StoredRun, options: DashboardOptions) -> int:
-        """Serve the run in a dashboard until interrupted; return the exit code.
-
-        Raises:
-            StorageUsageError: This kind of run has no dashboard (the default).
-        """
-        raise StorageUsageError(
-            f"{run.storage.uri!r} is a {self.kind}: `lumos dashboard` opens lumos-tune sweeps only"
-        )
-
-
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def plugin_for(
-    run: StoredRun, installed: Mapping[str, EntryPoint] | None = None
-) -> CliPlugin | None:
-    """The installed plugin that reads ``run``, None for a plain (Train) run.
-
-    Args:
-        run: The stored run.
-        installed: The ``lumos.cli`` entry points to choose from (default: those of
-            the installed distributions).
-
-    Raises:
-        PluginMissingError: The run was written by a package that is not installed.
-    """
-    owner = run.owner
-    if owner is None:
-        return None
-    ep = (_entry_points() if installed is None else installed).get(owner)
-    if ep is None:
-        kind, package = KNOWN_OWNERS[owner]
-        raise PluginMissingError(
-            f"{run.storage.uri!r} is a {package} {kind}: pip install {package} to read it"
-        )
-    plugin = ep.load()
-    if not isinstance(plugin, CliPlugin):
-        raise PluginMissingError(
-            f"the {ENTRY_POINT_GROUP!r} entry point {ep.name!r} = {ep.value!r} is not a "
-            f"lumos.storage.cli.CliPlugin instance (got {type(plugin).__name__})"
-        )
-    return plugin
-
+from lumos.storage._internal.run_view import NotARunError
 
 # -- output -------------------------------------------------------------------------------
 
@@ -286,7 +164,7 @@ def ls_command(
         fs, paths = run_view.find_runs(path, endpoint_url)
         rows: list[dict[str, Any]] = []
         for run_path in paths:
-            rows.append(_summary(fs, run_path, metric, mode))
+            rows.append(summary_row(fs, run_path, metric, mode))
     if as_json:
         print_json(rows)
         return
@@ -306,31 +184,6 @@ def ls_command(
             fmt_best(row.get("best")) or row.get("note", ""),
         )
     _stdout().print(table)
-
-
-def _summary(fs: Any, run_path: str, metric: str | None, mode: str | None) -> dict[str, Any]:
-    """One ``ls`` row; an unreadable run is a row saying why, not the end of the listing."""
-    try:
-        run = run_view.load_run(fs, run_path)
-        plugin = plugin_for(run)
-        if plugin is not None:
-            return plugin.summarize(run, metric, mode)
-        return run_view.summarize_run(run, metric, mode or "min")
-    except PluginMissingError as exc:
-        owner = run.owner or ""
-        row = run_view.summarize_run(run, None, "min", kind=KNOWN_OWNERS[owner][0])
-        return {**row, "best": None, "note": str(exc).split(": ", 1)[-1]}
-    except Exception as exc:  # one unreadable run must not end the listing
-        name = run_path.rstrip("/").rsplit("/", 1)[-1]
-        return {
-            "name": name,
-            "path": run_path,
-            "kind": "?",
-            "status": "unreadable",
-            "started_at": None,
-            "best": None,
-            "note": str(exc),
-        }
 
 
 @app.command("show")
@@ -354,33 +207,50 @@ def show_command(
 
 @app.command("dashboard")
 def dashboard_command(
-    sweep: Annotated[str, typer.Argument(help="A sweep's directory.")],
+    path: Annotated[str, typer.Argument(help="A storage path, a run or a sweep (any fsspec URL).")],
     host: Annotated[str, typer.Option(help="Interface to serve on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8080,
+    optuna: Annotated[
+        bool,
+        typer.Option("--optuna", help="Open a sweep's study in optuna-dashboard instead."),
+    ] = False,
     journal_file: Annotated[
         str | None,
-        typer.Option(help="Where to write the local copy of the study (default: a temp file)."),
+        typer.Option(help="--optuna: where to write the local copy of the study (default: temp)."),
     ] = None,
     print_command: Annotated[
         bool,
-        typer.Option(help="Write the study file and print the optuna-dashboard command only."),
+        typer.Option(help="--optuna: write the study file and print the command only."),
     ] = False,
     endpoint_url: EndpointOption = None,
 ) -> None:
-    """Open a sweep's Optuna study in optuna-dashboard (needs lumos-tune and optuna-dashboard)."""
+    """Serve a read-only web dashboard of PATH's runs and sweeps on http://HOST:PORT/.
+
+    With --optuna (implied by --journal-file / --print-command), open a sweep's Optuna
+    study in optuna-dashboard instead (needs lumos-tune and optuna-dashboard).
+    """
     with _errors():
         if not 0 < port < 65536:
             raise StorageUsageError(f"--port={port} is not allowed: use 1..65535")
-        stored = run_view.open_run(sweep, endpoint_url)
-        plugin = plugin_for(stored)
-        if plugin is None:
-            raise StorageUsageError(
-                f"{stored.storage.uri!r} is a Train run: `lumos dashboard` opens lumos-tune "
-                "sweeps only (use `lumos show` for a run)"
+        if not (optuna or journal_file or print_command):
+            code = dashboard_server.serve(path, host, port, endpoint_url)
+        else:
+            code = _optuna_dashboard(
+                path, DashboardOptions(host, port, journal_file, print_command), endpoint_url
             )
-        code = plugin.dashboard(stored, DashboardOptions(host, port, journal_file, print_command))
     if code:
         raise typer.Exit(code)
+
+
+def _optuna_dashboard(path: str, options: DashboardOptions, endpoint_url: str | None) -> int:
+    stored = run_view.open_run(path, endpoint_url)
+    plugin = plugin_for(stored)
+    if plugin is None:
+        raise StorageUsageError(
+            f"{stored.storage.uri!r} is a Train run: `lumos dashboard --optuna` opens lumos-tune "
+            "sweeps only (`lumos dashboard` without --optuna shows a run)"
+        )
+    return plugin.dashboard(stored, options)
 
 
 @app.command("migrate")

@@ -69,10 +69,13 @@ def read_history(fs: AbstractFileSystem, directory: str) -> list[dict[str, Any]]
         (n for n in names if not n.startswith(".") and n.count("-") >= 2),
         key=lambda n: (int(n.split("-")[1]), int(n.split("-")[0])),
     )
-    docs: list[Any] = []
-    for chunk in chunks:
-        data = fsu.read_bytes(fs, fsu.join(directory, chunk))
-        docs.append(None if data is None else json.loads(data))
+    paths = [fsu.join(directory, chunk) for chunk in chunks]
+    if fsu.is_local(fs) or len(paths) < 2:
+        contents = {p: fsu.read_bytes(fs, p) for p in paths}
+    else:  # one batched, concurrent fetch (s3fs: async), retried as a whole
+        found = fsu.call("read", directory, fs.cat, paths, on_error="omit")
+        contents = {p: found.get(p, found.get(fsu.to_uri(fs, p))) for p in paths}
+    docs = [None if data is None else json.loads(data) for data in contents.values()]
     return replay(docs)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import math
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ experiment stores ``extra["tune"] = {"metric": ..., "mode": ...}``); the package
 """
 
 _S3_PROTOCOLS = ("s3", "s3a")
+_LOOKUPS = 16  # run states looked for at once under a storage path
 
 
 class NotARunError(StorageError, ValueError):
@@ -150,16 +152,30 @@ def find_runs(path: str, endpoint_url: str | None = None) -> tuple[AbstractFileS
         NotARunError: ``path`` does not exist.
     """
     fs, native = open_location(path, endpoint_url)
+    return fs, find_runs_in(fs, native, path)
+
+
+def find_runs_in(fs: AbstractFileSystem, native: str, shown: str | None = None) -> list[str]:
+    """:func:`find_runs` on an open filesystem: ``native`` itself, or its child runs.
+
+    The children's run states are looked for a few at a time (on S3 each is a request).
+
+    Raises:
+        NotARunError: ``native`` does not exist (``shown``: the path the user typed).
+    """
     if _has_state(fs, native):
-        return fs, [native]
+        return [native]
     if not retried_exists(fs, native):
         raise NotARunError(
-            f"{path!r} does not exist: give a storage path (the RunConfig(storage_path=...) "
-            "of your runs) or one run's directory"
+            f"{shown or fsu.to_uri(fs, native)!r} does not exist: give a storage path (the "
+            "RunConfig(storage_path=...) of your runs) or one run's directory"
         )
-    return fs, [
-        fsu.join(native, n) for n in _child_dirs(fs, native) if _has_state(fs, fsu.join(native, n))
-    ]
+    children = [fsu.join(native, n) for n in _child_dirs(fs, native)]
+    if len(children) < 2:
+        return [c for c in children if _has_state(fs, c)]
+    with ThreadPoolExecutor(min(_LOOKUPS, len(children))) as pool:
+        found = list(pool.map(lambda c: _has_state(fs, c), children))
+    return [c for c, ok in zip(children, found, strict=True) if ok]
 
 
 def load_run(fs: AbstractFileSystem, run_path: str) -> StoredRun:
@@ -258,10 +274,10 @@ def summarize_run(
     }
 
 
-def describe_run(run: StoredRun) -> dict[str, Any]:
-    """Everything ``lumos show`` tells about a Train run (what ``--json`` prints)."""
+def describe_run(run: StoredRun, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything ``lumos show`` tells about a Train run (``--json``); ``rows``: its history, if read."""
     state = run.state
-    rows = run.storage.read_metrics()
+    rows = run.storage.read_metrics() if rows is None else rows
     attempts = [
         {
             "index": a.index,
