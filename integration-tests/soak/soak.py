@@ -65,6 +65,7 @@ from soak_config import (
     DRIVER,
     FAULT_GAP_S,
     FINISH_GRACE_S,
+    HANG_TIMEOUT_S,
     HEALTH_CHECK_TIMEOUT_S,
     HERE,
     MAX_UNEXPECTED_EXITS,
@@ -184,6 +185,8 @@ class Harness(DriverFaults):
         self.jobs: list[Job] = []
         self.faults: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
+        self.stalls: Counter[str] = Counter()
+        self.stall_until: dict[str, float] = {}
         self.unreached: Counter[str] = Counter()  # planned, but every job had ended
         self.resumed = 0
         self.lost = 0
@@ -341,6 +344,7 @@ class Harness(DriverFaults):
             "num_samples": SWEEP_SAMPLES,
             "seed": self.args.seed,
             "health_check_timeout_s": HEALTH_CHECK_TIMEOUT_S,
+            "hang_timeout_s": HANG_TIMEOUT_S,
             "validate_s": VALIDATE_S,
             "faults_file": str(self.faults_file),
             "faults_records": str(self.ledger_dir / "storage-faults"),
@@ -512,6 +516,7 @@ class Harness(DriverFaults):
         if self.unreached:
             unreached = ", ".join(f"{k} {n}" for k, n in sorted(self.unreached.items()))
             log(f"faults not reached (every job had ended): {unreached}")
+        log(self.hang_alarms())
         if self.violations:
             print(f"failed checks ({len(self.violations)}):", flush=True)
             for v in self.violations:

@@ -32,6 +32,9 @@ MAX_UNEXPECTED_EXITS = 3
 RETRY_FAULT_S = 2.0
 #: FailureConfig(health_check_timeout_s) of every run: generous, the 2-core machine is shared.
 HEALTH_CHECK_TIMEOUT_S = 20.0
+#: FailureConfig(hang_timeout_s) of every run: the hang watchdog's timeout; a
+#: user_thread_stall sleeps 3-7 s (must not fire it) or this + 10 s (must fire it once).
+HANG_TIMEOUT_S = 30.0
 DRAIN_DEADLINE_S = 15.0
 #: After the schedule ends (at 80% of --minutes), how long the last jobs may take to finish.
 FINISH_GRACE_S = 480.0
@@ -75,6 +78,7 @@ ALL_KINDS = [
     "s3_restart_in_multipart",
     "driver_stall_past_lease",
     "disk_full",
+    "user_thread_stall",
 ]
 #: Seeds the repository runs (nox's default, the short test); ``--seeds`` never draws them.
 BUILT_IN_SEEDS = frozenset({1, 3, 20261201})

@@ -62,7 +62,9 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
             storage_filesystem=_filesystem(spec),
             verbose=1,
             failure_config=train.FailureConfig(
-                max_failures=-1, health_check_timeout_s=spec["health_check_timeout_s"]
+                max_failures=-1,
+                health_check_timeout_s=spec["health_check_timeout_s"],
+                hang_timeout_s=spec.get("hang_timeout_s", 600.0),
             ),
             checkpoint_config=train.CheckpointConfig(num_to_keep=spec["num_to_keep"]),
         ),
@@ -96,6 +98,7 @@ def run_sweep(spec: dict[str, Any]) -> dict[str, Any]:
             "ledger_dir": spec["loop"]["ledger_dir"],
             "sweep": spec["name"],
             "health_check_timeout_s": spec["health_check_timeout_s"],
+            "hang_timeout_s": spec.get("hang_timeout_s", 600.0),
         },
         tune_config=tune.TuneConfig(
             metric="loss",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from typing import Any
 from soak_config import (
     CPUS_PER_NODE,
     DRAIN_DEADLINE_S,
+    HANG_TIMEOUT_S,
     HEALTH_CHECK_TIMEOUT_S,
     NODES,
     WATCH_DEFAULT_S,
@@ -29,6 +31,9 @@ from soak_config import (
     Job,
     log,
 )
+
+#: The hang watchdog's own line (the restart's failure description repeats it otherwise)
+_WATCHDOG_LINE = re.compile(r"^(?:\[lumos\.train\] )?rank \d+ on node \S+ stuck at ", re.M)
 
 
 class WorkerFaults:
@@ -41,6 +46,11 @@ class WorkerFaults:
     ledger_dir: Path
     cluster: Any
     s3: Any
+    jobs: list[Job]
+    #: user_thread_stall faults by length: "short" (must not fire the watchdog), "long"
+    stalls: Counter[str]
+    #: per run: until when its current stall (and the restart after it) lasts
+    stall_until: dict[str, float]
 
     def _schedule(self, at: float, what: str, arg: Any = None) -> None:
         raise NotImplementedError
@@ -126,6 +136,51 @@ class WorkerFaults:
         hang_s = 3.0 + pick % 5 if pick % 2 else HEALTH_CHECK_TIMEOUT_S + 5.0 + pick % 5
         self._schedule(now + hang_s, "sigcont", hit[1])
         return True
+
+    def _fault_user_thread_stall(self, pick: int, now: float) -> bool:
+        """A rank's training thread sleeps (outside lumos): before its all-reduce (the
+        others wait in it) or after it (they wait in the next one). Short stalls (3-7 s)
+        must not fire the hang watchdog; long ones (hang_timeout_s + 10 s) must, once."""
+        from soak_workloads import stall_file
+
+        chosen = self._pick_worker(pick)
+        if chosen is None or chosen[0].kind != "train":  # a sweep's runs print no lines
+            return False
+        marker = chosen[1]
+        if self.stall_until.get(marker["run"], 0.0) > now:
+            return False  # one stall at a time per run: each long one is one alarm
+        long = bool(pick % 2)
+        seconds = HANG_TIMEOUT_S + 10.0 if long else 3.0 + pick % 5
+        self.stall_until[marker["run"]] = now + seconds + 30.0  # and the restart after it
+        where = "before_all_reduce" if pick % 4 < 2 else "after_all_reduce"
+        path = Path(stall_file(str(self.ledger_dir), int(marker["pid"])))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"s": seconds, "where": where}))
+        self.stalls["long" if long else "short"] += 1
+        log(
+            f"user thread stall: pid {marker['pid']} (run {marker['run']}) sleeps {seconds:.0f} s {where}"
+        )
+        return True
+
+    def hang_alarms(self) -> str:
+        """How often the watchdog fired (the drivers' "stuck at" lines) for the stalls."""
+        fired = 0
+        for job in self.jobs:
+            for path in sorted(job.log_dir.glob("*")) if job.log_dir.is_dir() else []:
+                with contextlib.suppress(OSError):
+                    text = path.read_text(errors="replace")
+                    fired += len(_WATCHDOG_LINE.findall(text))
+        started = []  # the stalls that began (a worker replaced first never reads its file)
+        with contextlib.suppress(OSError, ValueError):
+            lines = (self.ledger_dir / "stall" / "started.jsonl").read_text().splitlines()
+            started = [json.loads(line) for line in lines if line.strip()]
+        long = sum(1 for s in started if float(s["s"]) > HANG_TIMEOUT_S)
+        short = len(started) - long
+        return (
+            f"hang watchdog: fired {fired} time(s) for {long} long and {short} short "
+            f"user-thread stalls that began (asked: {self.stalls['long']} long, "
+            f"{self.stalls['short']} short); false alarms: {max(0, fired - long)}"
+        )
 
     def _fault_node_cycle(self, pick: int, now: float) -> bool:
         nodes = list(self.cluster.worker_nodes)

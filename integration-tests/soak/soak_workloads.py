@@ -21,6 +21,7 @@ The Tune trial appends ``start`` / ``end`` lines to ``ledger/trials.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -69,6 +70,28 @@ def _name_of(checkpoint: Any) -> str | None:
     return None if checkpoint is None else str(checkpoint.path).rstrip("/").rsplit("/", 1)[-1]
 
 
+def stall_file(ledger_dir: str, pid: int) -> str:
+    """Where the soak asks worker ``pid`` to stall its training thread (user_thread_stall)."""
+    return os.path.join(ledger_dir, "stall", f"{pid}.json")
+
+
+def _maybe_stall(config: dict[str, Any], where: str) -> None:
+    """Sleep in the training thread when the soak asked for it here (no lumos involved)."""
+    path = stall_file(config["ledger_dir"], os.getpid())
+    try:
+        with open(path) as f:
+            ask = json.load(f)
+    except (OSError, ValueError):
+        return
+    if ask.get("where") != where:
+        return
+    with contextlib.suppress(OSError):
+        os.remove(path)
+    started = {"pid": os.getpid(), "s": ask["s"], "where": where, "t": time.time()}
+    _append(os.path.join(config["ledger_dir"], "stall", "started.jsonl"), started)
+    time.sleep(float(ask["s"]))
+
+
 def train_fn(config: dict[str, Any]) -> None:
     """``config["steps"]`` steps of ``step_s`` each; a sharded checkpoint every
     ``ckpt_every`` steps (each rank saves its own shard), validated every
@@ -105,7 +128,9 @@ def train_fn(config: dict[str, Any]) -> None:
     _mark(config, rank, "step", start)
     for step in range(start + 1, int(config["steps"]) + 1):
         total = torch.ones(1)
+        _maybe_stall(config, "before_all_reduce")  # the others wait in the all-reduce
         dist.all_reduce(total)  # every rank is alive and in the group
+        _maybe_stall(config, "after_all_reduce")  # ... in the next step's all-reduce
         weights = weights + 1.0
         session.stop_event.wait(float(config["step_s"]))
         x = float(config.get("x", 1.5))
@@ -225,7 +250,9 @@ def trial_fn(config: dict[str, Any]) -> None:
         run_config=train.RunConfig(
             verbose=False,
             failure_config=train.FailureConfig(
-                max_failures=-1, health_check_timeout_s=config["health_check_timeout_s"]
+                max_failures=-1,
+                health_check_timeout_s=config["health_check_timeout_s"],
+                hang_timeout_s=config.get("hang_timeout_s", 600.0),
             ),
             checkpoint_config=train.CheckpointConfig(num_to_keep=2),
         ),

@@ -108,3 +108,13 @@ def infos_keep_ranks(metas: list[dict[str, Any]]) -> list[WorkerInfo]:
             )
         )
     return out
+
+
+def avoid_nodes_selector(
+    avoid: tuple[str, ...], count: int, alive: list[str]
+) -> list[dict[str, str]] | None:
+    """A placement group's ``bundle_label_selector`` keeping ``count`` bundles off the
+    ``avoid`` nodes, or ``None`` when there is nothing to avoid or no other alive node."""
+    if not avoid or not [n for n in alive if n not in avoid]:
+        return None
+    return [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in range(count)]

@@ -44,6 +44,9 @@ class WorkerGroupSpec:
             (a soft preference). ``None`` (default): exactly ``num_workers``, as before.
         elastic_start_wait_s: An elastic start waits (up to ``placement_timeout_s``)
             until ``min_workers`` run, then at most this long for the others to be placed.
+        avoid_nodes: Node ids (hex) to place no worker on, where the cluster has another
+            alive node (else ignored); a fixed-size group only. Train's hang watchdog
+            sets it for the restart after a stuck rank (``FailureConfig(hang_avoid_node)``).
 
     Raises:
         RuntimeConfigError: A field is out of range (a ``ValueError``); the message names the field and value.
@@ -66,6 +69,7 @@ class WorkerGroupSpec:
     runtime_env: dict[str, Any] | None = None
     min_workers: int | None = None
     elastic_start_wait_s: float = 1.0
+    avoid_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (

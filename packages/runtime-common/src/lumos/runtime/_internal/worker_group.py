@@ -30,7 +30,12 @@ from lumos.runtime._internal.elastic_group import ElasticGroup
 from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError, WorkerGroupError
 from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
 from lumos.runtime._internal.pg_owner import creator_actor_id, placement_group_name
-from lumos.runtime._internal.placement import assign_ranks, infos_keep_ranks, meta_of
+from lumos.runtime._internal.placement import (
+    assign_ranks,
+    avoid_nodes_selector,
+    infos_keep_ranks,
+    meta_of,
+)
 from lumos.runtime._internal.placement_wait import start_workers
 from lumos.runtime._internal.preemption import PreemptionInfo
 from lumos.runtime._internal.ray_init import ensure_ray
@@ -85,10 +90,13 @@ class WorkerGroup(ElasticGroup):
         if spec.elastic:
             return cls._start_elastic(spec, on_waiting)
         bundles = [dict(spec.resources_per_worker) for _ in range(spec.num_workers)]
+        nodes = ray.nodes() if spec.avoid_nodes else []  # type: ignore[no-untyped-call]
+        alive = [n["NodeID"] for n in nodes if n.get("Alive")]
         pg = placement_group(
             bundles,
             strategy=spec.placement_strategy,
             name=placement_group_name(creator_actor_id()),
+            bundle_label_selector=avoid_nodes_selector(spec.avoid_nodes, len(bundles), alive),
         )
         actors: list[Any] = []
         try:

@@ -200,6 +200,21 @@ class FailureConfig(BaseFailureConfig):
             draining node, a SIGTERM to a worker) may be lost before they could move
             (``-1``, default: unlimited, as in Ray). Separate from ``max_failures``: a
             preemption is not a failure; a rank that moves in time uses neither.
+        hang_timeout_s: the hang watchdog (Ray backend): a rank whose training thread
+            makes no progress (no ``train.report()``, its Python stack unchanged) for
+            this long, counted once every rank is inside the training function, fails
+            the attempt like any other failure; the culprit is named and every rank's
+            stacks are written under the run's ``_lumos/hangs/`` (see the README's
+            "Hangs"). Default 600 s: Ray's worker health-check timeout
+            (``RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S``) and the time its NCCL hang
+            detector takes to confirm a hang; long enough for a slow first step
+            (compilation, cuDNN autotuning) and a rank's long stretch of C code, and
+            far below gloo's 30-minute collective timeout. Waits in ``train.report``
+            (checkpoint uploads, validations), ``torch.save`` and imports never count.
+            ``None`` turns the watchdog off.
+        hang_avoid_node: after the watchdog fired, start the restarted group on other
+            nodes than the culprits' (where the cluster has another alive node; a
+            fixed-size group). Default ``False``: a stuck rank is rarely the node's fault.
 
     Example:
         >>> FailureConfig(max_failures=3).max_failures
@@ -210,6 +225,20 @@ class FailureConfig(BaseFailureConfig):
     standby_worker: bool = True
     max_rollbacks: int = 3
     max_preemption_failures: int = -1
+    hang_timeout_s: float | None = 600.0
+    hang_avoid_node: bool = False
+
+    @field_validator("hang_timeout_s", mode="before")
+    @classmethod
+    def _check_hang_timeout(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(
+                f"hang_timeout_s={value!r} is invalid: use a number of seconds > 0, "
+                "or None to turn the hang watchdog off"
+            )
+        return float(value)
 
     @field_validator("max_rollbacks", "max_preemption_failures", mode="before")
     @classmethod

@@ -134,6 +134,40 @@ def training_failed(
     return kind(message, errors, failures)
 
 
+class RankStuckError(TrainError, RuntimeError):
+    """A rank's training thread stopped making progress (the hang watchdog fired).
+
+    Found in ``TrainingFailedError.worker_errors[rank]`` (as the ``cause`` of the
+    rank's ``RemoteError``, whose ``traceback`` is the rank's stack).
+
+    Attributes:
+        rank: The culprit rank this error is about.
+        node_id: Its node, when known.
+        where: Its innermost user frame, ``file:line in function``.
+        why: Why it is the culprit (e.g. not inside a collective while others wait).
+        culprits: Every culprit rank of this hang.
+        stacks_path: Where every rank's stacks were written (``_lumos/hangs/attempt-N``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        rank: int,
+        node_id: str | None,
+        where: str,
+        why: str,
+        culprits: tuple[int, ...],
+        stacks_path: str,
+    ) -> None:
+        super().__init__(message)
+        self.rank, self.node_id, self.where, self.why = rank, node_id, where, why
+        self.culprits, self.stacks_path = culprits, stacks_path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.rank, self.node_id, self.where, self.why, self.culprits, self.stacks_path)
+        return (type(self), (str(self), *args))
+
+
 class DriverTerminated(KeyboardInterrupt):
     """SIGTERM reached the driver during ``fit()``: the run stops as on Ctrl-C, then
     ``fit()`` exits the process with status 143 (not public: it never escapes ``fit``)."""

@@ -9,9 +9,11 @@ in ``train_context.py``; the messages between the ranks and the driver are in ``
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lumos.train._internal import hang_sampler
 from lumos.train._internal.errors import NotInTrainingFunctionError
 from lumos.train._internal.reporting import CURRENT, TrainSession
 from lumos.train._internal.train_context import TrainContext
@@ -82,10 +84,13 @@ def run_in_session(
     session = TrainSession(runtime_session, context, args)
     os.environ["LUMOS_TRAIN_RUN_NAME"] = args.run_name
     _current.activate(session)
+    thread_id = threading.get_ident()
+    hang_sampler.watch(thread_id, lambda: session.next_index)  # the hang watchdog's view
     error: BaseException | None = None
     try:
         if hooks is not None:
             hooks.on_start(context)
+        hang_sampler.enter_user()
         if args.pass_config:
             train_fn(config if config is not None else {})
         else:
@@ -100,5 +105,6 @@ def run_in_session(
             if hooks is not None:
                 hooks.on_end(context, error)
         finally:
+            hang_sampler.unwatch(thread_id)
             _current.deactivate(session)
     return {"attempt": args.attempt, "reports": session.next_index - args.report_index_base}

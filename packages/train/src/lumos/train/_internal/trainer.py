@@ -368,6 +368,8 @@ class DataParallelTrainer:
             restart_strategy=fc.restart_strategy,
             scaling_policy=ElasticScalingPolicy() if sc.elasticity_enabled else None,
             resize_interval_s=sc.elastic_resize_monitor_interval_s,
+            hang_timeout_s=fc.hang_timeout_s,
+            hang_avoid_node=fc.hang_avoid_node,
         )
 
 

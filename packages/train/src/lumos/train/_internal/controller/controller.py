@@ -42,10 +42,11 @@ from lumos.runtime import (
 from lumos.storage import StorageIOError
 from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.components.elastic import ElasticComponent
+from lumos.train._internal.controller.components.hang_watchdog import ray_hang_watchdog
 from lumos.train._internal.controller.core import RunCore
 from lumos.train._internal.controller.failures import failure_of, upload_failure
 from lumos.train._internal.controller.group import GroupDriver
-from lumos.train._internal.controller.seam import RunBroken, Verdict
+from lumos.train._internal.controller.seam import RanksStuck, RunBroken, Verdict
 from lumos.train._internal.controller.state import (
     AbortedState,
     ControllerState,
@@ -114,7 +115,8 @@ class TrainController:
             min_workers=group_spec.min_workers or 1,
             placement_timeout_s=group_spec.placement_timeout_s,
         )
-        self.core = RunCore(run, spec.run_state, self._notify, extra=(self.elastic,))
+        extra = (self.elastic, *ray_hang_watchdog(spec, self.workers))
+        self.core = RunCore(run, spec.run_state, self._notify, extra=extra)
         self.state: ControllerState = InitializingState()
         self.history: list[ControllerState] = []
         self.failures_so_far = 0
@@ -221,6 +223,9 @@ class TrainController:
         if isinstance(verdict, RunBroken):
             return ErroredState(self.core.broken_error(verdict))
         attempt = self.core.attempt
+        if isinstance(verdict, RanksStuck):  # a failure; stuck ranks do not stop: a new group
+            ended = frozenset(range(attempt.world_size)) - attempt.running
+            return RestartingState(verdict.failures, state.attempt, ended, stragglers=True)
         gone = frozenset(range(attempt.world_size)) - attempt.running - dead
         return RollingBackState(verdict.fired, state.attempt, ended_ranks=gone, dead_ranks=dead)
 

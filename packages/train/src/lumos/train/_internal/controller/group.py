@@ -7,6 +7,7 @@ Written against ``lumos.runtime.WorkerGroupProtocol``, so a test passes
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from lumos.runtime import (
     ErrorEvent,
@@ -45,6 +46,7 @@ class GroupDriver:
         self._shutdown_grace_s = shutdown_grace_s
         self._stop_grace_s = stop_grace_s
         self.group: WorkerGroupProtocol | None = None
+        self._avoid: tuple[str, ...] = ()
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -62,9 +64,15 @@ class GroupDriver:
         workers = self.workers
         return workers[rank].node_id if 0 <= rank < len(workers) else None
 
+    def avoid_next(self, nodes: set[str]) -> None:
+        """Start the next group off ``nodes`` (where the cluster has another node)."""
+        self._avoid = tuple(sorted(nodes))
+
     def start(self, spec: WorkerGroupSpec) -> WorkerGroupProtocol:
         """Shut down the current group (if any) and start a new one."""
         self.shutdown()
+        if self._avoid and not spec.elastic:
+            spec, self._avoid = replace(spec, avoid_nodes=self._avoid), ()
         t0 = time.monotonic()
         group = self._factory(spec, on_waiting=self._console.info)
         self.group = group

@@ -136,7 +136,15 @@ class RunBroken:
     error: Exception
 
 
-Verdict = RollbackRequest | RunBroken
+@dataclass(frozen=True)
+class RanksStuck:
+    """Verdict: ranks stopped making progress (the hang watchdog); a failure like any
+    other, which the failure policy decides on."""
+
+    failures: tuple[WorkerFailure, ...]
+
+
+Verdict = RollbackRequest | RunBroken | RanksStuck
 """What a hook returns when the attempt must stop (``None``: go on)."""
 
 

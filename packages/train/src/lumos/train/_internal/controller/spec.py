@@ -112,6 +112,9 @@ class ControllerSpec:
         restart_strategy: ``"replace_failed"`` or ``"full_group"``.
         scaling_policy: Decides an elastic group's size (``None``: fixed size).
         resize_interval_s: How often a running elastic group asks ``scaling_policy``.
+        hang_timeout_s: ``FailureConfig(hang_timeout_s)``: the hang watchdog's timeout
+            (``None``: no watchdog).
+        hang_avoid_node: ``FailureConfig(hang_avoid_node)``: restart off the culprits' nodes.
     """
 
     run: RunSpec
@@ -124,3 +127,5 @@ class ControllerSpec:
     restart_strategy: RestartStrategy = "replace_failed"
     scaling_policy: ScalingPolicy | None = None
     resize_interval_s: float = 60.0
+    hang_timeout_s: float | None = None
+    hang_avoid_node: bool = False
