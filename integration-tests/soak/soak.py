@@ -54,6 +54,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+# A loaded 2-core machine can take over the defaults (30 s for the dashboard's modules, 60 s
+# for the dashboard) to start the head's dashboard. Ray reads the second when it is first
+# imported (ray_constants), so both are set before anything here imports ray.
+os.environ.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
+os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from soak_config import (
@@ -225,9 +231,6 @@ class Harness(DriverFaults):
         from ray.cluster_utils import Cluster
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        # A loaded 2-core machine can take over the default 30 s to start the dashboard's modules.
-        os.environ.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
-        os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
         if "s3" in self.storages:
             self.s3 = S3()
             log(f"moto S3 server at {self.s3.endpoint}")

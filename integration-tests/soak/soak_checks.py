@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from soak_config import DISK_FULL_FAIL_S, Job, log_tail
+from soak_config import DISK_FULL_FAIL_S, HANG_TIMEOUT_S, Job, log_tail
 
 TEMP_MARKERS = (".tmp-", ".tmp", "soak-ckpt-")
 SHOWN = 8
@@ -433,8 +433,56 @@ def check_all(harness: Any) -> tuple[int, list[str]]:
         "no temp files or half uploads in local storage or the bucket",
         _temp_files(harness),
     )
+    stalls_caught(c, harness.ledger_dir)
     leaks(c)
     return c.lost, c.violations
+
+
+#: After the watchdog fires, stopping the group takes a few seconds at most: a stalled
+#: rank still reporting this long after its stall ended was never stopped.
+CAUGHT_MARGIN_S = 10.0
+
+
+def stall_misses(ledger_dir: Path) -> list[str]:
+    """The long user-thread stalls (longer than ``hang_timeout_s``) that the watchdog
+    missed: the stalled process went on training after the stall ended."""
+    path = Path(ledger_dir) / "stall" / "started.jsonl"
+    if not path.exists():
+        return []
+    stalls = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows_by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for ledger in sorted((Path(ledger_dir) / "ledger").glob("*.jsonl")):
+        for line in ledger.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if "pid" in row and "t" in row:
+                    rows_by_pid[int(row["pid"])].append(row)
+    problems = []
+    for stall in stalls:
+        seconds, began = float(stall["s"]), float(stall["t"])
+        if seconds <= HANG_TIMEOUT_S:
+            continue
+        after = [
+            r for r in rows_by_pid[int(stall["pid"])] if r["t"] >= began + seconds + CAUGHT_MARGIN_S
+        ]
+        if after:
+            first = min(after, key=lambda r: r["t"])
+            problems.append(
+                f"pid {stall['pid']} ({first.get('run')}, rank {first.get('rank')}) stalled "
+                f"{seconds:.0f} s {stall['where']} at {_when(began)} (hang_timeout_s "
+                f"{HANG_TIMEOUT_S:g}) and still reported step {first.get('step')} at "
+                f"{_when(first['t'])}: the watchdog never stopped it"
+            )
+    return problems
+
+
+def stalls_caught(c: Checker, ledger_dir: Path) -> None:
+    """Every long user-thread stall ended its attempt (the watchdog fired)."""
+    c.check(
+        "hang watchdog",
+        "every stall past hang_timeout_s stopped its rank",
+        stall_misses(ledger_dir),
+    )
 
 
 def _trial_events(harness: Any, name: str) -> dict[str, list[str]]:

@@ -301,3 +301,57 @@ def test_ranges_are_short() -> None:
     assert soak_checks.ranges(list(range(2, 41, 2)), 2) == "2..40"
     assert soak_checks.ranges(list(range(2, 41, 2))) == ", ".join(map(str, range(2, 41, 2)))
     assert soak_checks.ranges([1, 2, 3, 7, 9, 20]) == "1..3, 7, 9, 20"
+
+
+def _stall_dirs(
+    tmp_path: Path, stalls: list[dict[str, object]], rows: list[dict[str, object]]
+) -> Path:
+    (tmp_path / "stall").mkdir()
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "stall" / "started.jsonl").write_text("".join(json.dumps(s) + "\n" for s in stalls))
+    (tmp_path / "ledger" / "run-x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_a_long_stall_the_watchdog_missed_fails_with_its_pid_and_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    t0 = 1_000_000.0
+    long_s = soak_checks.HANG_TIMEOUT_S + 10.0
+    stalls = [
+        {"pid": 4242, "s": long_s, "where": "before_all_reduce", "t": t0},  # missed
+        {"pid": 4343, "s": long_s, "where": "after_all_reduce", "t": t0},  # caught: pid gone
+        {"pid": 4444, "s": 4.0, "where": "after_all_reduce", "t": t0},  # short: may go on
+    ]
+    rows = [
+        {"run": "run-x", "rank": 1, "step": 9, "pid": 4242, "t": t0 + long_s + 20.0},
+        {"run": "run-x", "rank": 0, "step": 3, "pid": 4343, "t": t0 - 1.0},
+        {"run": "run-x", "rank": 0, "step": 4, "pid": 4444, "t": t0 + 30.0},
+    ]
+    c = soak_checks.Checker()
+    soak_checks.stalls_caught(c, _stall_dirs(tmp_path, stalls, rows))
+    out = capsys.readouterr().out
+    assert _verdicts(out) == [
+        "FAIL hang watchdog: every stall past hang_timeout_s stopped its rank"
+    ]
+    assert "pid 4242 (run-x, rank 1) stalled 40 s before_all_reduce" in out
+    assert "still reported step 9" in out
+    assert "4343" not in out
+    assert "4444" not in out
+    assert len(c.violations) == 1
+
+
+def test_stalls_that_ended_their_attempt_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    t0 = 1_000_000.0
+    stalls = [
+        {"pid": 4242, "s": soak_checks.HANG_TIMEOUT_S + 10.0, "where": "before_all_reduce", "t": t0}
+    ]
+    rows = [{"run": "run-x", "rank": 1, "step": 9, "pid": 4242, "t": t0 - 0.5}]
+    c = soak_checks.Checker()
+    soak_checks.stalls_caught(c, _stall_dirs(tmp_path, stalls, rows))
+    assert _verdicts(capsys.readouterr().out) == [
+        "PASS hang watchdog: every stall past hang_timeout_s stopped its rank"
+    ]
+    assert not c.violations

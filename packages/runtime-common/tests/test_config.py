@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any, ClassVar
 
@@ -106,11 +107,28 @@ def test_storage_location_parent_then_default() -> None:
 
     mem = fsspec.filesystem("memory")
     assert RunConfig().storage_location("/exp/trial_0", mem) == ("/exp/trial_0", mem)
-    assert RunConfig().storage_location() == (DEFAULT_STORAGE_PATH, None)
+    # resolved on the driver: workers with another HOME write where the run state says
+    assert RunConfig().storage_location() == (os.path.expanduser("~/lumos_results"), None)
     assert DEFAULT_STORAGE_PATH == "~/lumos_results"
     own = RunConfig(storage_filesystem=mem)
     assert own.storage_location("/exp/trial_0", object()) == ("/exp/trial_0", mem)
     assert own.storage_location() == (DEFAULT_STORAGE_PATH, mem)
+
+
+def test_local_storage_paths_are_resolved_by_the_driver(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert RunConfig(storage_path="~/runs").storage_location() == (
+        str(tmp_path / "home" / "runs"),
+        None,
+    )
+    assert RunConfig(storage_path="rel/runs").storage_location() == (
+        str(tmp_path / "rel" / "runs"),
+        None,
+    )
+    assert RunConfig(storage_path="file:///x/runs").storage_location()[0] == "file:///x/runs"
 
 
 def test_configs_are_frozen() -> None:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from conftest import Location
 
-from lumos.storage import LeaseHeldError, RetryPolicy, RunStorage, set_retry_policy
+from lumos.storage import LeaseHeldError, RunStorage
 from lumos.storage._internal import conditional as cw
-from lumos.storage.testing import FaultyFileSystem, S3Server
+from lumos.storage.testing import FaultyFileSystem, S3Server, retry_policy
 
 
 @pytest.fixture
@@ -20,11 +20,8 @@ def bucket(s3: S3Server) -> str:
 
 @pytest.fixture
 def fast_retries() -> Iterator[None]:
-    previous = set_retry_policy(
-        RetryPolicy(max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01)
-    )
-    yield
-    set_retry_policy(previous)
+    with retry_policy():
+        yield
 
 
 def test_conditional_put_and_delete_primitives(s3: S3Server, bucket: str) -> None:

@@ -41,9 +41,9 @@ from lumos.storage import (
     retry_call,
     set_retry_policy,
 )
-from lumos.storage.testing import FaultyFileSystem, read_fault_records
+from lumos.storage.testing import FAST_RETRY_POLICY, FaultyFileSystem, read_fault_records
 
-FAST = RetryPolicy(max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01, max_total_s=30.0)
+FAST = FAST_RETRY_POLICY
 ALL_KINDS = ("write", "rename", "list", "read", "delete")
 
 

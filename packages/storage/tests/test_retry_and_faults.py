@@ -28,12 +28,13 @@ from lumos.storage import (
 )
 from lumos.storage._internal.retry import retry_call
 from lumos.storage.testing import (
+    FAST_RETRY_POLICY,
     FAULTS_ENV,
     FaultyFileSystem,
     read_fault_records,
 )
 
-FAST = RetryPolicy(max_attempts=8, initial_backoff_s=0.001, max_backoff_s=0.01, max_total_s=30.0)
+FAST = FAST_RETRY_POLICY
 
 
 @pytest.fixture

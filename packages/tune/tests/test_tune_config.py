@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import optuna
@@ -146,6 +147,6 @@ def test_failure_config_is_the_runtimes_and_wins_over_the_deprecated_alias() -> 
     assert isinstance(rc.failure_config, tune.FailureConfig)
     assert rc.failure_config.max_failures == 2
     # storage_path: unset means ~/lumos_results, as before.
-    assert tune.RunConfig().storage_location() == ("~/lumos_results", None)
+    assert tune.RunConfig().storage_location() == (os.path.expanduser("~/lumos_results"), None)
     with pytest.raises(ValidationError, match="health_check_timeout_s"):
         tune.FailureConfig(health_check_timeout_s=0)

@@ -168,7 +168,16 @@ class RunConfig(BaseModel):
             parent_filesystem: That job's filesystem.
         """
         if self.storage_path is not None:
-            return self.storage_path, self.storage_filesystem
+            return _resolved(self.storage_path, self.storage_filesystem), self.storage_filesystem
         if parent_path is not None:
             return parent_path, self.storage_filesystem or parent_filesystem
-        return DEFAULT_STORAGE_PATH, self.storage_filesystem
+        return _resolved(DEFAULT_STORAGE_PATH, self.storage_filesystem), self.storage_filesystem
+
+
+def _resolved(path: str, filesystem: Any) -> str:
+    """A local path as the driver sees it (``~`` and relative paths resolved here), so
+    that workers with another HOME or working directory write where the run state says;
+    URLs and paths on an explicit filesystem are kept as given."""
+    if filesystem is not None or "://" in path:
+        return path
+    return os.path.abspath(os.path.expanduser(path))
