@@ -1,6 +1,6 @@
 """Sessions for the lumos monorepo.
 
-``nox`` runs every package's tests, the integration tests, lint and typecheck.
+``nox`` runs every package's tests, the integration tests, lint, the docs build and typecheck.
 ``nox -s demo`` runs the Tune-over-Train demo, ``nox -s bench`` the benchmarks.
 
 Each package session installs only that package (and the lumos packages it
@@ -24,6 +24,7 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 
 nox.options.sessions = [
     "lint",
+    "docs",  # about 50 s on the loaded 2-core machine (11 s of CPU)
     "storage",
     "runtime",
     "train",
@@ -113,7 +114,7 @@ def _assert_missing(session: nox.Session, module: str) -> None:
 
 
 def _pytest(session: nox.Session, *paths: str) -> None:
-    session.run("pytest", "-q", "--durations=8", *paths, *session.posargs, env=TEST_ENV)
+    session.run("pytest", "-q", "--durations=15", *paths, *session.posargs, env=TEST_ENV)
 
 
 @nox.session
@@ -140,7 +141,9 @@ def runtime(session: nox.Session) -> None:
 @nox.session
 def train(session: nox.Session) -> None:
     """lumos-train alone (with its [data] extra): proves it works without optuna."""
-    _install(session, STORAGE, RUNTIME, f"{TRAIN}[test,data,lightning,transformers,mlflow,wandb]")
+    _install(
+        session, STORAGE, RUNTIME, f"{TRAIN}[test,data,lightning,transformers,mlflow,wandb,torchft]"
+    )
     _assert_missing(session, "optuna")
     _assert_missing(session, "lumos.tune")
     _pytest(session, "packages/train/tests", "--ignore=packages/train/tests/cluster")
@@ -171,8 +174,9 @@ def _install_all(session: nox.Session, *extra: str) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Everything that needs more than one package: Tune over Train, multi-node, S3."""
-    _install_all(session)
+    """Everything that needs more than one package: Tune over Train, multi-node, S3, and
+    the documentation's examples."""
+    _install_all(session, "pyarrow")  # Ray Data, for the data guide's example
     _pytest(
         session,
         "integration-tests",
@@ -222,6 +226,18 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/: ``mkdocs build --strict`` (any warning fails it:
+    a broken link or anchor, a page left out of the nav, a docstring griffe cannot read),
+    then the site's own checks (nav, links, anchors, every Ray name in "Coming from Ray").
+    The guides' examples run in ``nox -s integration`` (test_docs_examples.py)."""
+    _install(session, "mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python")
+    _install(session, "pytest", "pyyaml")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "integration-tests/test_docs_site.py")
+
+
+@nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy (strict) over every package's sources."""
     _install_all(session, "mypy", "pandas-stubs")
@@ -259,7 +275,13 @@ def bench(session: nox.Session) -> None:
     env = dict(TEST_ENV, RAY_TRAIN_V2_ENABLED="1")
     names = session.posargs or sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
     for name in names:
-        session.run("python", os.path.join("benchmarks", name), env=env)
+        args = BENCH_ARGS.get(name, [])
+        session.run("python", os.path.join("benchmarks", name), *args, env=env)
+
+
+# benchmarks whose default run is long: their short version here (the full run: run the
+# script itself, e.g. `python benchmarks/bench_goodput.py`, > 20 minutes)
+BENCH_ARGS = {"bench_goodput.py": ["--quick"]}
 
 
 # distribution name -> (folder, what a user imports); sibling wheels come from dist/.

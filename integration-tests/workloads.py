@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from typing import Any
 
 import torch
@@ -111,3 +112,26 @@ def steps_with_checkpoints(config: dict[str, Any]) -> None:
                 os._exit(1)  # the worker process dies, as on an OOM kill
             if step == hold_at:
                 _hold_until_stopped(float(config.get("hold_timeout_s", 240.0)))
+
+
+def stall_once(config: dict[str, Any]) -> None:
+    """All-reduce every step; rank 1 sleeps before step ``at``'s all-reduce in the first
+    attempt only (``marker``: a file made when it stalls), so the hang watchdog fires."""
+    rank = train.get_context().get_world_rank()
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d, open(os.path.join(d, STEP_FILE)) as f:
+            start = int(json.load(f)["step"])
+    for step in range(start + 1, int(config["steps"]) + 1):
+        if rank == 1 and step == int(config["at"]) and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            time.sleep(3600)  # stuck outside any collective: the culprit
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, STEP_FILE), "w") as f:
+                json.dump({"step": step}, f)
+            train.report(
+                {"step": step, "loss": 1.0 / step}, checkpoint=train.Checkpoint.from_directory(d)
+            )

@@ -1,7 +1,10 @@
 """``lumos dashboard`` in a real browser: headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``) driven by selenium, over runs made by the public API.
 
-* a Train run whose rank 1 dies in its first attempt and that restarts (Ray backend);
+* a Train run whose rank 1 dies in its first attempt and that restarts (Ray backend):
+  the failure's rank, node and kind come from the attempt record, not the error text;
+* a Train run whose rank 1 hangs (the hang watchdog names it, writes the stacks and a
+  new group resumes): the culprit with its node, and its stacks one click away;
 * a Train run a health check rolls back (``NonFiniteMetric``, local mode);
 * a Tune-over-Train sweep whose bad trial is pruned, and a trial's Train run page;
 * a run whose name, config and metric names are HTML.
@@ -264,12 +267,65 @@ def test_a_failed_and_restarted_run_shows_the_failure_rank_and_node(
         assert len(rows) == 2
         assert "errored" in rows[0].text
         assert "worker process died" in rows[0].text
-        assert "restart after a failure" in rows[1].text
+        cell = lambda row, name: row.find_element("css selector", "td." + name).text  # noqa: E731
+        assert "1" in cell(rows[0], "rank").split(", ")  # rank 0 may fail too (its peer died)
+        assert cell(rows[0], "node") == "127.0.0.1"  # the node's IP, from the failure record
+        assert cell(rows[0], "ended-by") == "failure"
+        assert "rank 1 on node 127.0.0.1" in cell(rows[0], "failures")
+        assert "actor_died" in cell(rows[0], "failures")
+        assert cell(rows[1], "restart").startswith("replaced rank 1 by")  # the survivor stayed
         assert "finished" in rows[1].text
         assert wait_for(browser, "#markers li.marker-restart")[0].text.startswith("restart at step")
         assert len(wait_for(browser, "#checkpoints tr.checkpoint-row")) == 5
         assert_charts_drawn(browser)
         shoot(browser, tmp_path, "dashboard-run-restarted")
+    finally:
+        leave(browser, served)
+
+
+def test_a_hung_rank_is_named_with_its_node_and_its_stacks_are_linked(
+    ray_cluster: str, browser: Any, shared_storage: str, tmp_path: Path
+) -> None:
+    import workloads
+
+    from lumos import train
+    from lumos.train.torch import TorchConfig, TorchTrainer
+
+    TorchTrainer(
+        workloads.stall_once,
+        train_loop_config={"steps": 4, "at": 2, "marker": str(tmp_path / "stalled")},
+        torch_config=TorchConfig(timeout_s=600),  # gloo would give up first otherwise
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=train.RunConfig(
+            name="hung",
+            storage_path=shared_storage,
+            failure_config=train.FailureConfig(max_failures=1, hang_timeout_s=3.0),
+        ),
+    ).fit()
+    served = Served(shared_storage)
+    try:
+        page(browser, served, "run", "hung")
+        rows = wait_for(browser, "#attempts tr.attempt-row")
+        assert len(rows) == 2
+        ended = rows[0].find_element("css selector", "td.ended-by").text
+        assert ended == "hang"
+        assert rows[0].find_element("css selector", "td.rank").text == "1"
+        assert rows[0].find_element("css selector", "td.node").text == "127.0.0.1"
+        assert "lumos.train.RankStuckError" in rows[0].text
+        restart = rows[1].find_element("css selector", "td.restart").text
+        assert restart == "new group" or restart.startswith("replaced rank 1 by"), restart
+        culprit = wait_for(browser, "#hangs li.culprit")[0].text
+        assert culprit.startswith("rank 1 on node ")
+        assert "workloads.py" in culprit
+        assert_charts_drawn(browser)
+        shoot(browser, tmp_path, "dashboard-run-hang")
+        links = wait_for(browser, "#hangs a.stacks-link")
+        assert [a.text.strip() for a in links] == ["rank 0", "rank 1"]
+        links[1].click()
+        stacks = wait_for(browser, "#stacks", "stall_once")[0].text
+        assert "workloads.py" in stacks
+        shoot(browser, tmp_path, "dashboard-stacks")
+        assert_no_script_ran(browser)
     finally:
         leave(browser, served)
 

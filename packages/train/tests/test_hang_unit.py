@@ -45,6 +45,20 @@ def test_classify_finds_the_collective_the_user_frame_and_expected_waits() -> No
     assert classify([SESSION, USER, ddp], LIB).collective == "DistributedDataParallel.forward"
 
 
+def test_a_checkpoint_download_on_resume_is_an_expected_wait() -> None:
+    # a soak seed on a loaded machine: rank 1 sat > hang_timeout_s in
+    # train.get_checkpoint().as_directory() while S3 restarted; the watchdog fired on it
+    download = [
+        ("/site/lumos/storage/_internal/checkpoint.py", 140, "as_directory"),
+        ("/site/lumos/storage/_internal/filesystem.py", 350, "download_dir"),
+        ("/usr/lib/python3.11/concurrent/futures/_base.py", 451, "result"),
+        ("/usr/lib/python3.11/threading.py", 327, "wait"),
+    ]
+    pos = classify([SESSION, USER, *download], (*LIB, "/usr/lib/python3.11/"))
+    assert pos.exempt == "in lumos.storage (a checkpoint download or storage call)"
+    assert pos.where == "/home/me/train.py:42 in train_func"
+
+
 def test_sample_sees_a_thread_move_and_stop() -> None:
     go, stop = threading.Event(), threading.Event()
     reports = [0]

@@ -19,8 +19,15 @@ from lumos.storage._internal.lazy import lazy_attributes as lazy_attributes
 from lumos.storage._version import __version__
 
 if TYPE_CHECKING:
+    from lumos.storage._internal.attempt_records import (
+        FailureRecord as FailureRecord,
+        WorkerRecord as WorkerRecord,
+    )
     from lumos.storage._internal.checkpoint import (
         Checkpoint as Checkpoint,
+    )
+    from lumos.storage._internal.checkpoint_log import (
+        DeletedCheckpoint as DeletedCheckpoint,
     )
     from lumos.storage._internal.errors import (
         InvalidNameError as InvalidNameError,
@@ -89,7 +96,10 @@ _RETRY = "lumos.storage._internal.retry"
 _STATE = "lumos.storage._internal.state"
 
 _LAZY: dict[str, str] = {
+    "FailureRecord": "lumos.storage._internal.attempt_records",
+    "WorkerRecord": "lumos.storage._internal.attempt_records",
     "Checkpoint": "lumos.storage._internal.checkpoint",
+    "DeletedCheckpoint": "lumos.storage._internal.checkpoint_log",
     "InvalidNameError": _ERRORS,
     "LeaseHeldError": _ERRORS,
     "MissingBackendError": _ERRORS,

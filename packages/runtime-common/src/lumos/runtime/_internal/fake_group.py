@@ -83,8 +83,9 @@ class FakeWorkerGroup(FakeWorkers):
         kwargs: dict[str, Any] | None = None,
         per_rank_kwargs: list[dict[str, Any]] | None = None,
         session_info: dict[str, Any] | None = None,
+        ranks: list[int] | None = None,
     ) -> None:
-        """Start ``fn`` in one thread per rank (as ``WorkerGroup.launch``)."""
+        """Start ``fn`` in one thread per rank (as ``WorkerGroup.launch``; ``ranks``: only those)."""
         self._check_open()
         if per_rank_kwargs is not None and len(per_rank_kwargs) != len(self.workers):
             raise RuntimeConfigError(
@@ -99,10 +100,11 @@ class FakeWorkerGroup(FakeWorkers):
                 "session_info": session_info,
             }
         )
-        self._relay.world_size = len(self.workers)
-        self._relay.reset()
+        if ranks is None:
+            self._relay.world_size = len(self.workers)
+            self._relay.reset()
         for rank, info in enumerate(self.workers):
-            if rank in self._dead:
+            if rank in self._dead or (ranks is not None and rank not in ranks):
                 continue
             kw = {**(kwargs or {}), **(per_rank_kwargs[rank] if per_rank_kwargs else {})}
             self._start_thread(rank, fn, tuple(args), kw, info, session_info)

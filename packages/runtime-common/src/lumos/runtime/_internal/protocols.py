@@ -33,8 +33,10 @@ class WorkerGroupProtocol(Protocol):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
         per_rank_kwargs: list[dict[str, Any]] | None = None,
+        session_info: dict[str, Any] | None = None,
+        ranks: list[int] | None = None,
     ) -> None:
-        """Start ``fn`` on every rank (in a thread of each worker)."""
+        """Start ``fn`` on every rank (in a thread of each worker); ``ranks``: only those."""
         ...
 
     def poll(self, timeout_s: float | None) -> list[Event]:

@@ -119,6 +119,7 @@ class WorkerGroup(ElasticGroup):
         kwargs: dict[str, Any] | None = None,
         per_rank_kwargs: list[dict[str, Any]] | None = None,
         session_info: dict[str, Any] | None = None,
+        ranks: list[int] | None = None,
     ) -> None:
         """Start ``fn(*args, **kwargs, **per_rank_kwargs[rank])`` in a thread on every worker.
 
@@ -131,21 +132,24 @@ class WorkerGroup(ElasticGroup):
             kwargs: Keyword args for every rank.
             per_rank_kwargs: One dict per rank, merged over ``kwargs``.
             session_info: Free-form dict exposed as ``session.session_info``.
+            ranks: Only these ranks (replacements joining a running job: the other
+                ranks' functions and the barrier relay are left alone); default: all.
         """
         self._check_open()
         if per_rank_kwargs is not None and len(per_rank_kwargs) != len(self._actors):
             raise RuntimeConfigError(
                 f"per_rank_kwargs has {len(per_rank_kwargs)} entries: need one per worker ({len(self._actors)})"
             )
-        self._relay.world_size = len(self._actors)  # the size may have changed (elastic)
-        self._relay.reset()
+        if ranks is None:
+            self._relay.world_size = len(self._actors)  # the size may have changed (elastic)
+            self._relay.reset()
         self._fn_counter += 1
         fn_key = f"{id(self)}:{self._fn_counter}"
         fn_ref = ray.put(fn)
         args_ref = ray.put((tuple(args), dict(kwargs or {})))
         self._standby.preload(fn_key, fn_ref, args_ref)
         for rank, actor in enumerate(self._actors):
-            if self._mux.is_failed(rank):
+            if self._mux.is_failed(rank) or (ranks is not None and rank not in ranks):
                 continue
             extra = per_rank_kwargs[rank] if per_rank_kwargs is not None else None
             actor.launch.remote(

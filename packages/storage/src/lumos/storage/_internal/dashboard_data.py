@@ -14,16 +14,22 @@ from __future__ import annotations
 import datetime
 import json
 import posixpath
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage._internal import filesystem as fsu, run_view
+from lumos.storage._internal import (
+    dashboard_attempts as attempts_view,
+    filesystem as fsu,
+    run_index,
+    run_view,
+)
 from lumos.storage._internal.cli_plugins import CliPlugin, summary_row
+from lumos.storage._internal.dashboard_series import chart_columns, columns
 from lumos.storage._internal.retried import retried_ls, retried_read
+from lumos.storage._internal.run_storage import STATE_DIR
 from lumos.storage._internal.run_view import StoredRun, is_number, iso_time
 
 READERS = 16
@@ -38,18 +44,6 @@ MAX_LINKED_TRIALS = 500
 TRIALS_JOURNAL = "trials.journal"
 """lumos-tune's trial journal under the sweep's ``_lumos/`` (a file, or ``<name>.d/`` chunks)."""
 
-_HOW_STARTED = {
-    "errored": "restart after a failure",
-    "rolled_back": "rollback",
-    "resized": "resize",
-    "aborted": "resumed after an interruption",
-    "running": "resumed (the driver stopped)",
-    "finished": "resumed",
-}
-"""How an attempt started, by how the one before it ended."""
-
-_WHERE = re.compile(r"^rank (\d+)(?: on node (\S+))?")
-
 
 def relative(root: str, run_path: str) -> str:
     """``run_path`` relative to the served ``root`` (``""``: the root itself)."""
@@ -59,7 +53,8 @@ def relative(root: str, run_path: str) -> str:
     return run_path[len(root) + 1 :] if run_path.startswith(root + "/") else run_path
 
 
-def _duration(started: float | None, ended: float | None) -> float | None:
+def duration(started: float | None, ended: float | None) -> float | None:
+    """Seconds from ``started`` to ``ended`` (still going: to now); None without a start."""
     if started is None:
         return None
     return round((ended if ended is not None else time.time()) - started, 3)
@@ -80,7 +75,7 @@ def root_rows(fs: AbstractFileSystem, root: str, paths: list[str]) -> list[dict[
         out = summary_row(fs, path, None, None)
         out["rel"] = relative(root, path)
         started, updated = _unix(out.get("started_at")), _unix(out.get("updated_at"))
-        out["duration_s"] = _duration(started, None if out["status"] == "running" else updated)
+        out["duration_s"] = duration(started, None if out["status"] == "running" else updated)
         out.setdefault("reports", out.get("trials"))
         return out
 
@@ -88,35 +83,6 @@ def root_rows(fs: AbstractFileSystem, root: str, paths: list[str]) -> list[dict[
         return [row(p) for p in paths]
     with ThreadPoolExecutor(min(READERS, len(paths))) as pool:
         return list(pool.map(row, paths))
-
-
-def _attempt_rows(run: StoredRun, detail: dict[str, Any]) -> list[dict[str, Any]]:
-    """``lumos show``'s attempts, with the resume step, how each started, and the failed
-    ranks and nodes where the error text names them (``rank 1 on node 10.0.0.2 ...``;
-    failures are joined by ``; ``)."""
-    state = run.state
-    rows: list[dict[str, Any]] = []
-    previous: str | None = None
-    for a, record in zip(detail["attempts"], state.attempts, strict=True):
-        where = [m for m in map(_WHERE.match, (a["error"] or "").split("; ")) if m]
-        resumed = [
-            c.report_index
-            for c in state.checkpoints
-            if c.created_at <= record.started_at and not c.rolled_back
-        ]
-        rows.append(
-            {
-                **a,
-                "rank": ", ".join(m.group(1) for m in where) or None,
-                "node": ", ".join(sorted({m.group(2) for m in where if m.group(2)})) or None,
-                "resume_report": (max(resumed) + 1 if resumed else 0) if a["index"] else None,
-                "restart": _HOW_STARTED.get(previous or "", "restart")
-                if a["index"]
-                else "first launch",
-            }
-        )
-        previous = a["status"]
-    return rows
 
 
 def _size(fs: AbstractFileSystem, path: str) -> int | None:
@@ -145,34 +111,29 @@ def _sized_checkpoints(run: StoredRun, checkpoints: list[dict[str, Any]]) -> lis
 
 def run_detail(root: str, run: StoredRun) -> dict[str, Any]:
     """A run page: ``lumos show --json``'s dict with the timeline, sizes and nested runs' paths."""
-    rows = run.storage.read_metrics()
-    detail = run_view.describe_run(run, rows)
+    with ThreadPoolExecutor(3) as pool:  # three independent reads: on S3 they overlap
+        rows_read = pool.submit(run.storage.read_metrics)
+        nested = pool.submit(run_view.nested_runs, run)
+        sized = pool.submit(
+            _sized_checkpoints, run, run_view.describe_run(run, [], [])["checkpoints"]
+        )
+        rows = rows_read.result()
+        detail = run_view.describe_run(run, rows, nested.result())
     rel = relative(root, run.storage.run_path)
     started = run.state.attempts[0].started_at if run.state.attempts else run.state.created_at
     ended = None if run.state.status == "running" else run.state.updated_at
     detail.update(
         rel=rel,
-        duration_s=_duration(started, ended),
-        attempts=_attempt_rows(run, detail),
-        checkpoints=_sized_checkpoints(run, detail["checkpoints"]),
+        duration_s=duration(started, ended),
+        attempts=attempts_view.attempt_rows(run, detail["attempts"]),
+        checkpoints=sized.result(),
+        deleted_checkpoints=attempts_view.deleted_rows(run),
         nested=[
             {"name": n, "rel": posixpath.join(rel, n) if rel else n} for n in detail["nested_runs"]
         ],
     )
     detail["metrics"] = _metrics(run, rows, detail["attempts"])
     return detail
-
-
-def columns(rows: list[dict[str, Any]]) -> dict[str, list[float | None]]:
-    """The numeric metrics of ``rows`` as columns (``None`` where a row lacks one)."""
-    names: dict[str, None] = {}
-    for r in rows:
-        for k, v in r.items():
-            if k not in names and is_number(v):
-                names[k] = None
-    return {
-        name: [float(r[name]) if is_number(r.get(name)) else None for r in rows] for name in names
-    }
 
 
 def _metrics(
@@ -191,13 +152,14 @@ def _metrics(
         {"step": r.from_report, "kind": "rollback", "label": f"rollback {r.number}: {r.reason}"}
         for r in run.state.rollbacks
     ]
-    return {"steps": len(rows), "series": columns(rows), "markers": markers}
+    return {**chart_columns(rows), "markers": markers}
 
 
 def run_metrics(run: StoredRun) -> dict[str, Any]:
     """A run's history against step (report index), with its restart and rollback markers."""
     rows = run.storage.read_metrics()
-    return _metrics(run, rows, _attempt_rows(run, run_view.describe_run(run, rows)))
+    attempts = attempts_view.attempt_rows(run, run_view.describe_run(run, rows)["attempts"])
+    return _metrics(run, rows, attempts)
 
 
 def _journal_lines(fs: AbstractFileSystem, path: str) -> list[str]:
@@ -235,24 +197,46 @@ def trial_reports(run: StoredRun) -> dict[int, list[dict[str, Any]]]:
     return {n: [r[i] for i in sorted(r)] for n, r in by_trial.items()}
 
 
+def _modified(entry: dict[str, Any]) -> float | None:
+    """A listing entry's modification time (local ``mtime``, S3 ``LastModified``)."""
+    value = entry.get("mtime", entry.get("LastModified"))
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    return float(value) if isinstance(value, int | float) and is_number(value) else None
+
+
 def _trial_runs(
-    sweep: StoredRun, rel: str, trial: dict[str, Any]
-) -> tuple[str | None, list[dict[str, str]]]:
-    """A trial's own run page (None: its directory holds no run state) and the Train runs in it."""
+    sweep: StoredRun, rel: str, trial: dict[str, Any], index: dict[str, dict[str, Any]]
+) -> tuple[str | None, list[dict[str, str]], float | None]:
+    """A trial's own run page (None: its directory holds no run state), the Train runs in
+    it, and when it last changed (its index records', else its files' latest time)."""
     base = posixpath.basename(str(trial.get("path") or "").rstrip("/"))
     if not base:
-        return None, []
+        return None, [], None
     fs = sweep.storage.fs
     path = fsu.join(sweep.storage.run_path, base)
     trial_rel = posixpath.join(rel, base) if rel else base
     try:
-        nested = [
-            n for n in run_view._child_dirs(fs, path) if run_view._has_state(fs, fsu.join(path, n))
-        ]
+        entries = retried_ls(fs, path, detail=True)
     except (FileNotFoundError, OSError):
-        nested = []
+        entries = []
+    names = {
+        posixpath.basename(str(e["name"]).rstrip("/"))
+        for e in entries
+        if e.get("type") == "directory"
+    }
+    names.discard(STATE_DIR)
+    nested = [n for n in sorted(names) if run_view._has_state(fs, fsu.join(path, n))]
+    records = (
+        [index.get(base) or {}, *run_index.read_index(fs, path).values()]
+        if nested
+        else [index.get(base) or {}]
+    )
+    times = [float(r["updated_at"]) for r in records if is_number(r.get("updated_at"))]
+    times = times or [t for t in map(_modified, entries) if t is not None]
     own = trial_rel if run_view._has_state(fs, path) else None
-    return own, [{"name": n, "rel": posixpath.join(trial_rel, n)} for n in nested]
+    links = [{"name": n, "rel": posixpath.join(trial_rel, n)} for n in nested]
+    return own, links, max(times) if times else None
 
 
 def sweep_detail(root: str, run: StoredRun, plugin: CliPlugin) -> dict[str, Any]:
@@ -261,10 +245,14 @@ def sweep_detail(root: str, run: StoredRun, plugin: CliPlugin) -> dict[str, Any]
     rel = relative(root, run.storage.run_path)
     reports = trial_reports(run)
     trials = detail.get("trials", [])
+    index = run_index.read_index(run.storage.fs, run.storage.run_path)  # the trials' records
     with ThreadPoolExecutor(READERS) as pool:
-        found = list(pool.map(lambda t: _trial_runs(run, rel, t), trials[:MAX_LINKED_TRIALS]))
+        found = list(
+            pool.map(lambda t: _trial_runs(run, rel, t, index), trials[:MAX_LINKED_TRIALS])
+        )
     for i, trial in enumerate(trials):
-        trial["rel"], trial["runs"] = found[i] if i < len(found) else (None, [])
+        trial["rel"], trial["runs"], updated = found[i] if i < len(found) else (None, [], None)
+        trial["updated_at"] = iso_time(updated)
         trial["curves"] = columns(reports.get(int(trial.get("number", -1)), []))
     detail.update(
         rel=rel,

@@ -8,7 +8,9 @@ the wheel; nothing is fetched from a CDN. The page polls the JSON endpoints:
 - ``GET /api/root``: every run and sweep under the root (``lumos ls`` rows);
 - ``GET /api/run?path=REL``: a run (``lumos show --json`` plus timeline and sizes);
 - ``GET /api/metrics?path=REL``: its history as columns, with restart / rollback markers;
-- ``GET /api/sweep?path=REL``: a sweep's trials with their curves.
+- ``GET /api/sweep?path=REL``: a sweep's trials with their curves;
+- ``GET /api/stacks?path=REL&attempt=N&rank=R``: one rank's stacks the hang watchdog
+  wrote for attempt N (``N`` and ``R`` are integers, nothing else reaches a path).
 
 Security: GET (and HEAD) only, every other method answers 405; on loopback only
 requests whose ``Host`` is this machine are answered (no DNS rebinding); ``REL`` is a
@@ -35,7 +37,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from fsspec import AbstractFileSystem
 
-from lumos.storage._internal import dashboard_data as data, filesystem as fsu, run_view
+from lumos.storage._internal import (
+    dashboard_attempts,
+    dashboard_data as data,
+    dashboard_root,
+    filesystem as fsu,
+    run_view,
+)
 from lumos.storage._internal.cli_plugins import plugin_for
 from lumos.storage._internal.errors import InvalidNameError
 from lumos.storage._internal.jsonable import json_default
@@ -112,10 +120,7 @@ class Dashboard:
 
     def root_page(self) -> dict[str, Any]:
         """``/api/root``."""
-        paths = run_view.find_runs_in(self.fs, self.root)
-        rows = data.root_rows(self.fs, self.root, paths)
-        single = len(paths) == 1 and data.relative(self.root, paths[0]) == ""
-        return {"root": fsu.to_uri(self.fs, self.root), "single": single, "rows": rows}
+        return dashboard_root.root_page(self.fs, self.root)
 
     def _stored(self, rel: str) -> run_view.StoredRun:
         path = self.resolve(rel)
@@ -139,13 +144,28 @@ class Dashboard:
             raise FileNotFoundError(f"path={rel!r} is a Train run, not a sweep")
         return data.sweep_detail(self.root, run, plugin)
 
-    def api(self) -> dict[str, Callable[[str], dict[str, Any]]]:
-        """The JSON endpoints: URL path -> reader of ``?path=``."""
+    def stacks_page(self, rel: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``/api/stacks``: one rank's stacks of a hang (``attempt`` and ``rank`` integers).
+
+        Raises:
+            Forbidden: ``attempt`` or ``rank`` is not a non-negative integer.
+        """
+        numbers: list[int] = []
+        for key in ("attempt", "rank"):
+            value = query.get(key, [""])[0]
+            if not value.isdigit() or not value.isascii():
+                raise Forbidden(f"{key}={value!r} must be a non-negative integer")
+            numbers.append(int(value))
+        return dashboard_attempts.stacks_text(self._stored(rel), *numbers)
+
+    def api(self) -> dict[str, Callable[[str, dict[str, list[str]]], dict[str, Any]]]:
+        """The JSON endpoints: URL path -> reader of ``?path=`` (and the whole query)."""
         return {
-            "/api/root": lambda _rel: self.root_page(),
-            "/api/run": self.run_page,
-            "/api/metrics": self.metrics_page,
-            "/api/sweep": self.sweep_page,
+            "/api/root": lambda _rel, _q: self.root_page(),
+            "/api/run": lambda rel, _q: self.run_page(rel),
+            "/api/metrics": lambda rel, _q: self.metrics_page(rel),
+            "/api/sweep": lambda rel, _q: self.sweep_page(rel),
+            "/api/stacks": self.stacks_page,
         }
 
 
@@ -197,9 +217,10 @@ def _handler(dashboard: Dashboard, loopback_only: bool) -> type[BaseHTTPRequestH
             if reader is None:
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no page {url.path!r}"})
                 return
-            rel = parse_qs(url.query).get("path", [""])[0]
+            query = parse_qs(url.query)
+            rel = query.get("path", [""])[0]
             try:
-                self._json(HTTPStatus.OK, reader(rel))
+                self._json(HTTPStatus.OK, reader(rel, query))
             except Forbidden as exc:
                 self._json(HTTPStatus.FORBIDDEN, {"error": str(exc)})
             except FileNotFoundError as exc:

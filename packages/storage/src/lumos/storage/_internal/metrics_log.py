@@ -2,6 +2,7 @@
 
 The one owner of the chunk format: ``write_rows`` and ``write_merge`` add a chunk,
 ``read_history`` lists and reads them and ``replay`` (pure) folds them into the history.
+``metrics_segments`` folds many small chunks into one chunk of this same format.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ def _chunk_path(directory: str, index: int) -> str:
     return fsu.join(directory, f"{index:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json")
 
 
-def _write(fs: AbstractFileSystem, path: str, doc: dict[str, Any]) -> None:
+def _write(fs: AbstractFileSystem, path: str, doc: dict[str, Any]) -> str:
     fsu.atomic_write_bytes(fs, path, json.dumps(doc).encode())
+    return path
 
 
 def write_rows(
     fs: AbstractFileSystem, directory: str, rows: list[dict[str, Any]], start_index: int
-) -> None:
+) -> str | None:
     """Store ``rows`` (reports ``start_index``, ``start_index + 1``, ...) as a new chunk.
+
+    Returns:
+        The chunk's path (None: no rows, nothing written).
 
     Raises:
         ValueError: ``start_index`` is negative.
@@ -40,30 +45,49 @@ def write_rows(
     if start_index < 0:
         raise ValueError(f"start_index must be >= 0, got {start_index}")
     if not rows:
-        return
-    _write(fs, _chunk_path(directory, start_index), {"start_index": start_index, "rows": rows})
+        return None
+    return _write(
+        fs, _chunk_path(directory, start_index), {"start_index": start_index, "rows": rows}
+    )
 
 
-def write_merge(
-    fs: AbstractFileSystem, directory: str, index: int, metrics: dict[str, Any]
-) -> None:
-    """Store a chunk that merges ``metrics`` into report ``index``'s row.
+def write_merge(fs: AbstractFileSystem, directory: str, index: int, metrics: dict[str, Any]) -> str:
+    """Store a chunk that merges ``metrics`` into report ``index``'s row; returns its path.
 
     Raises:
         ValueError: ``index`` is negative.
     """
     if index < 0:
         raise ValueError(f"index must be >= 0, got {index}")
-    _write(fs, _chunk_path(directory, index), {"merge_index": index, "metrics": metrics})
+    return _write(fs, _chunk_path(directory, index), {"merge_index": index, "metrics": metrics})
+
+
+READ_TRIES = 3
+"""Listings a reader tries when a listed chunk is gone (folded into a segment meanwhile)."""
 
 
 def read_history(fs: AbstractFileSystem, directory: str) -> list[dict[str, Any]]:
-    """Every chunk under ``directory``, read in write order and replayed."""
+    """Every chunk under ``directory``, read in write order and replayed.
+
+    A writer folds chunks into a segment (``metrics_segments``) and then deletes them;
+    a chunk that vanished between the listing and the read means a newer listing holds
+    that segment, so the listing is read again (the last try replays what it found).
+    """
+    for attempt in range(READ_TRIES):
+        contents = _read_chunks(fs, directory)
+        if all(data is not None for data in contents.values()) or attempt == READ_TRIES - 1:
+            break
+    docs = [None if data is None else json.loads(data) for data in contents.values()]
+    return replay(docs)
+
+
+def _read_chunks(fs: AbstractFileSystem, directory: str) -> dict[str, bytes | None]:
+    """Path -> content (None: gone since the listing) of every chunk, in write order."""
     fsu.invalidate(fs, directory)
     try:
         files = fsu.call("list", directory, fs.ls, directory, detail=False)
     except FileNotFoundError:
-        return []
+        return {}
     names = [str(f).rsplit("/", 1)[-1] for f in files if str(f).endswith(".json")]
     chunks = sorted(
         (n for n in names if not n.startswith(".") and n.count("-") >= 2),
@@ -71,12 +95,10 @@ def read_history(fs: AbstractFileSystem, directory: str) -> list[dict[str, Any]]
     )
     paths = [fsu.join(directory, chunk) for chunk in chunks]
     if fsu.is_local(fs) or len(paths) < 2:
-        contents = {p: fsu.read_bytes(fs, p) for p in paths}
-    else:  # one batched, concurrent fetch (s3fs: async), retried as a whole
-        found = fsu.call("read", directory, fs.cat, paths, on_error="omit")
-        contents = {p: found.get(p, found.get(fsu.to_uri(fs, p))) for p in paths}
-    docs = [None if data is None else json.loads(data) for data in contents.values()]
-    return replay(docs)
+        return {p: fsu.read_bytes(fs, p) for p in paths}
+    # one batched, concurrent fetch (s3fs: async), retried as a whole
+    found = fsu.call("read", directory, fs.cat, paths, on_error="omit")
+    return {p: found.get(p, found.get(fsu.to_uri(fs, p))) for p in paths}
 
 
 def replay(docs: Iterable[Any]) -> list[dict[str, Any]]:

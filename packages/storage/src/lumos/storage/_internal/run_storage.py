@@ -14,10 +14,13 @@ from fsspec import AbstractFileSystem
 
 from lumos.storage._internal import conditional as cw, filesystem as fsu, metrics_log
 from lumos.storage._internal.checkpoint import Checkpoint
+from lumos.storage._internal.checkpoint_log import with_dropped
 from lumos.storage._internal.errors import StorageUsageError
 from lumos.storage._internal.lease import LEASE_FILE, Lease
+from lumos.storage._internal.metrics_segments import HistoryWriter
 from lumos.storage._internal.names import validate_name, validate_relpath
 from lumos.storage._internal.retention import RetentionPolicy
+from lumos.storage._internal.run_index import RunIndexWriter
 from lumos.storage._internal.state import CheckpointRecord, RunState, decode_state, encode_state
 
 STATE_DIR = "_lumos"
@@ -75,6 +78,8 @@ class RunStorage:
         self.state_dir = fsu.join(self.run_path, STATE_DIR)
         self.max_workers = fsu.DEFAULT_MAX_WORKERS
         self._lease: Lease | None = None  # held by this process: fences its writes
+        self._index = RunIndexWriter(self.fs, self.storage_path, self.name)  # run_index.py
+        self._history = HistoryWriter(self.fs, self._metrics_dir)
 
     # -- paths ----------------------------------------------------------------
     @property
@@ -151,13 +156,15 @@ class RunStorage:
         return None if data is None else decode_state(data, self.state_path)
 
     def save_state(self, state: RunState) -> None:
-        """Write the run state atomically (tmp + fsync + rename locally; one put on object stores)."""
+        """Write the run state atomically (tmp + fsync + rename locally; one put on object
+        stores), then the run's record in the storage path's index (``run_index``)."""
         self._fence()
         if state.name != self.name:
             raise StorageUsageError(
                 f"state.name={state.name!r} does not match the run name {self.name!r}"
             )
         fsu.atomic_write_bytes(self.fs, self.state_path, encode_state(state))
+        self._index.state_saved(state)
 
     def commit_checkpoint(
         self,
@@ -232,6 +239,7 @@ class RunStorage:
             update={
                 "checkpoints": [r for r in records if r.dir_name not in dropped_names],
                 "latest_checkpoint": latest,
+                "deleted_checkpoints": with_dropped(state.deleted_checkpoints, dropped),
                 "updated_at": time.time(),
                 **update,
             }
@@ -347,13 +355,14 @@ class RunStorage:
     def append_metrics(self, rows: list[dict[str, Any]], start_index: int) -> None:
         """Store ``rows`` (reports ``start_index``, ``start_index + 1``, ...) as a new chunk.
 
-        Chunks are immutable files under ``_lumos/metrics/``; old rows are never
-        rewritten. Chunks apply in the order they were written; a chunk whose
+        Chunks are files under ``_lumos/metrics/``; every 50 of them are folded into one
+        (``metrics_segments``), which holds the same rows. Chunks apply in the order they were written; a chunk whose
         ``start_index`` lies inside the history (a run resumed from an earlier
         checkpoint) replaces the rows from there on.
         """
         self._fence()
-        metrics_log.write_rows(self.fs, self._metrics_dir, rows, start_index)
+        self._history.append(rows, start_index)
+        self._index.rows_appended(rows, start_index)
 
     def merge_metrics(self, index: int, metrics: dict[str, Any]) -> None:
         """Merge ``metrics`` into report ``index``'s row of the history (a new chunk).
@@ -363,7 +372,7 @@ class RunStorage:
         (a resumed run reporting again) supersedes the merge.
         """
         self._fence()
-        metrics_log.write_merge(self.fs, self._metrics_dir, index, metrics)
+        self._history.merge(index, metrics)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """The full report history in order (see ``append_metrics``)."""
@@ -433,8 +442,5 @@ class RunStorage:
     def __repr__(self) -> str:
         return f"RunStorage(uri={self.uri!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lease": None}  # a lease stays with its process
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def __getstate__(self) -> dict[str, Any]:  # a lease and the segment being filled stay
+        return {**self.__dict__, "_lease": None, "_history": HistoryWriter(self.fs, self._metrics_dir)}  # fmt: skip

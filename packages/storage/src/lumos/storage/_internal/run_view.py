@@ -8,7 +8,6 @@ tables of ``lumos.storage.cli`` are rendered from the same dicts.
 from __future__ import annotations
 
 import datetime
-import math
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,16 +19,14 @@ from fsspec import AbstractFileSystem
 from lumos.storage._internal import filesystem as fsu
 from lumos.storage._internal.errors import StorageError, StorageUsageError
 from lumos.storage._internal.retried import retried_exists, retried_ls
+from lumos.storage._internal.run_index import (
+    KNOWN_OWNERS as KNOWN_OWNERS,
+    is_number as is_number,
+    latest_best,
+    owner_of,
+)
 from lumos.storage._internal.run_storage import STATE_DIR, STATE_FILE, RunStorage
 from lumos.storage._internal.state import CheckpointRecord, RunState
-
-KNOWN_OWNERS: dict[str, tuple[str, str]] = {"tune": ("sweep", "lumos-tune")}
-"""``RunState.extra`` key -> (kind, the package that reads it).
-
-A state whose ``extra`` holds one of these keys was written by that package (a Tune
-experiment stores ``extra["tune"] = {"metric": ..., "mode": ...}``); the package's
-``lumos.cli`` plugin, registered under the same key, shows it.
-"""
 
 _S3_PROTOCOLS = ("s3", "s3a")
 _LOOKUPS = 16  # run states looked for at once under a storage path
@@ -54,10 +51,7 @@ class StoredRun:
     @property
     def owner(self) -> str | None:
         """The key of ``state.extra`` naming the package that wrote it (``"tune"``), if any."""
-        for key in self.state.extra:
-            if key in KNOWN_OWNERS:
-                return key
-        return None
+        return owner_of(self.state)
 
 
 def open_location(path: str, endpoint_url: str | None = None) -> tuple[AbstractFileSystem, str]:
@@ -188,9 +182,12 @@ def load_run(fs: AbstractFileSystem, run_path: str) -> StoredRun:
 
 
 def nested_runs(run: StoredRun) -> list[str]:
-    """Names of the run's subdirectories that are runs themselves (Tune trials, Train runs)."""
+    """Names of the run's subdirectories that are runs themselves (Tune trials, Train runs);
+    its checkpoints are not looked into (one request each on an object store)."""
     fs, base = run.storage.fs, run.storage.run_path
-    return [n for n in _child_dirs(fs, base) if _has_state(fs, fsu.join(base, n))]
+    own = set(run.state.checkpoint_names())
+    children = [n for n in _child_dirs(fs, base) if n not in own]
+    return [n for n in children if _has_state(fs, fsu.join(base, n))]
 
 
 def iso_time(ts: float | None) -> str | None:
@@ -199,11 +196,6 @@ def iso_time(ts: float | None) -> str | None:
         return None
     moment = datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def is_number(value: Any) -> bool:
-    """Whether ``value`` is a real, finite number (not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def best_of(
@@ -254,12 +246,7 @@ def summarize_run(
         if index is not None:
             best = {"metric": metric, "value": value, "mode": mode, "report": index}
     elif rows:
-        latest = rows[-1]
-        numeric = [k for k, v in latest.items() if is_number(v)]
-        # A loss says more than the step counter that often comes first.
-        key = next((k for k in numeric if "loss" in k.lower()), numeric[0] if numeric else None)
-        if key is not None:
-            best = {"metric": key, "value": latest[key], "mode": "latest", "report": len(rows) - 1}
+        best = latest_best(rows[-1], len(rows) - 1)
     return {
         "name": state.name,
         "path": run.storage.uri,
@@ -274,8 +261,10 @@ def summarize_run(
     }
 
 
-def describe_run(run: StoredRun, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Everything ``lumos show`` tells about a Train run (``--json``); ``rows``: its history, if read."""
+def describe_run(
+    run: StoredRun, rows: list[dict[str, Any]] | None = None, nested: list[str] | None = None
+) -> dict[str, Any]:
+    """All ``lumos show`` tells of a Train run (``--json``); ``rows``, ``nested``: if read."""
     state = run.state
     rows = run.storage.read_metrics() if rows is None else rows
     attempts = [
@@ -330,5 +319,5 @@ def describe_run(run: StoredRun, rows: list[dict[str, Any]] | None = None) -> di
         "rollbacks": rollbacks,
         "reports": max(state.report_count, len(rows)),
         "latest_metrics": rows[-1] if rows else {},
-        "nested_runs": nested_runs(run),
+        "nested_runs": nested_runs(run) if nested is None else nested,
     }

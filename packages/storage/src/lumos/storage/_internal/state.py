@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lumos.storage._internal.attempt_records import EndedBy, FailureRecord, WorkerRecord
+from lumos.storage._internal.checkpoint_log import DeletedCheckpoint
 from lumos.storage._internal.errors import RunStateError
 from lumos.storage._internal.names import validate_name
 
@@ -71,8 +73,14 @@ class AttemptRecord(BaseModel):
         index: 0 for the first attempt, then 1, 2, ...
         started_at: Unix time the attempt started.
         ended_at: Unix time it ended, None while running.
-        status: ``running``, ``finished``, ``errored`` or ``aborted``.
+        status: ``running``, ``finished``, ``errored``, ``aborted``, ``rolled_back`` or
+            ``resized``.
         error: A description of the error that ended it, if any.
+        failures: Each failed rank with its node, error type and message (empty: none,
+            or recorded before this field existed).
+        ended_by: The event that ended it (see ``EndedBy``).
+        restart: How it was started (``new group``, ``replaced rank 1 (standby)``, ...).
+        workers: Where each rank ran (empty: unknown).
     """
 
     index: int = Field(ge=0)
@@ -80,6 +88,10 @@ class AttemptRecord(BaseModel):
     ended_at: float | None = None
     status: AttemptStatus = "running"
     error: str | None = None
+    failures: list[FailureRecord] = Field(default_factory=list)
+    ended_by: EndedBy | None = None
+    restart: str | None = None
+    workers: list[WorkerRecord] = Field(default_factory=list)
 
 
 class RollbackRecord(BaseModel):
@@ -115,7 +127,8 @@ class RunState(BaseModel):
     """The state of one run: committed checkpoints, attempts and status.
 
     A checkpoint counts as committed only once a RunState naming it has been
-    written (see ``RunStorage.commit_checkpoint``).
+    written (see ``RunStorage.commit_checkpoint``); ``deleted_checkpoints`` logs the
+    ones retention dropped since (``checkpoint_log``).
 
     Example:
         >>> state = RunState(name="run-42")
@@ -134,6 +147,7 @@ class RunState(BaseModel):
     report_count: int = Field(default=0, ge=0)
     rollbacks: list[RollbackRecord] = Field(default_factory=list)
     extra: dict[str, Any] = Field(default_factory=dict)
+    deleted_checkpoints: list[DeletedCheckpoint] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

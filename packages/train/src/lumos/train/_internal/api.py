@@ -48,7 +48,7 @@ def report(
         checkpoint_upload_mode: a ``train.CheckpointUploadMode``. SYNC (default) uploads this
             rank's files, then waits for the commit; ASYNC snapshots the directory and
             uploads it in the background (write it with ``tempfile.mkdtemp()``); NO_UPLOAD
-            registers files already at ``<run>/<checkpoint_dir_name>``. See the package README.
+            registers files already at ``<run>/<checkpoint_dir_name>``. See docs/guide/checkpoints.md.
         delete_local_checkpoint_after_upload: delete the local directory once uploaded;
             default True for ASYNC, False otherwise.
         checkpoint_upload_fn: ``fn(checkpoint, dir_name) -> Checkpoint`` uploads in place of

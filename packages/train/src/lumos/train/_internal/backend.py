@@ -15,9 +15,12 @@ class Backend:
 
     Attributes:
         warm_imports: Modules a standby worker imports ahead of taking over a rank.
+        peer_recovery: A dead rank is replaced while the others keep training, and its
+            replacement catches up from a live peer (``TorchftConfig``).
     """
 
     warm_imports: tuple[str, ...] = ()
+    peer_recovery: bool = False
 
     def prepare_launch(self, group: WorkerGroupProtocol) -> WorkerHooks | None:
         """Called before every launch of the training function on ``group``.

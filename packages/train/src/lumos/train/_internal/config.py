@@ -200,10 +200,12 @@ class FailureConfig(BaseFailureConfig):
             draining node, a SIGTERM to a worker) may be lost before they could move
             (``-1``, default: unlimited, as in Ray). Separate from ``max_failures``: a
             preemption is not a failure; a rank that moves in time uses neither.
-        hang_timeout_s: the hang watchdog (Ray backend): a rank whose training thread
-            makes no progress (no ``train.report()``, its Python stack unchanged) for
-            this long, counted once every rank is inside the training function, fails
-            the attempt like any other failure; the culprit is named and every rank's
+        hang_timeout_s: the hang watchdog: a rank whose training thread makes no
+            progress (no ``train.report()``, its Python stack unchanged) for this
+            long, counted once every rank is inside the training function, fails the
+            attempt like any other failure (on Ray the stuck ranks' processes are
+            replaced; in local mode and under torchrun the process exits with status
+            75 after the run is marked failed); the culprit is named and every rank's
             stacks are written under the run's ``_lumos/hangs/`` (see the README's
             "Hangs"). Default 600 s: Ray's worker health-check timeout
             (``RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S``) and the time its NCCL hang

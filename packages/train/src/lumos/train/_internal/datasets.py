@@ -111,6 +111,10 @@ class DataHooks(WorkerHooks):
         if self.inner is not None:
             self.inner.on_end(context, error)
 
+    def for_replacement(self) -> DataHooks:
+        inner = self.inner.for_replacement() if self.inner is not None else None
+        return DataHooks(inner, self.shards)
+
 
 class DatasetBackend(Backend):
     """Driver half: the trainer's backend plus the datasets, split at every launch.
@@ -124,6 +128,7 @@ class DatasetBackend(Backend):
     def __init__(self, inner: Backend, datasets: dict[str, Any], config: DataConfig) -> None:
         self.inner = inner
         self.warm_imports = (*inner.warm_imports, "ray.data")
+        self.peer_recovery = inner.peer_recovery
         self._datasets = datasets
         self._resolved: dict[str, Any] | None = None
         self._config = config
@@ -152,6 +157,7 @@ class DatasetBackend(Backend):
     def shutdown(self) -> None:
         self._shards = None
         self._resolved = None
+        self.inner.shutdown()
 
 
 def dataset_shard(shards: dict[str, Any], name: str | None) -> Any:

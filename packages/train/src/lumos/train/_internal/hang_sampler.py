@@ -48,6 +48,13 @@ _EXEMPT_FILES = (
     ("<frozen importlib._bootstrap>", "importing"),
     ("<frozen importlib._bootstrap_external>", "importing"),
 )
+# Folders whose every call ends by itself (the storage retry policy bounds each one):
+# a checkpoint download in ``Checkpoint.as_directory()`` on resume, a storage read
+_EXEMPT_DIRS = (("/lumos/storage/", "in lumos.storage (a checkpoint download or storage call)"),)
+
+_BACKWARD = "torch/autograd/graph.py"  # _engine_run_backward: loss.backward() in C++
+# Local mode under torchrun: train.report waits here for the other ranks, a collective
+_EXCHANGE_FILE = "lumos/train/_internal/local_exchange.py"
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -75,18 +82,28 @@ class Position:
     exempt: str | None
 
 
-def classify(frames: Sequence[Frame], library_dirs: Sequence[str] = ()) -> Position:
-    """Classify a stack given outermost first (pure)."""
+def classify(
+    frames: Sequence[Frame], library_dirs: Sequence[str] = (), distributed: bool = False
+) -> Position:
+    """Classify a stack given outermost first (pure). ``distributed``: a process group
+    is up, so a thread blocked in autograd's backward waits in DDP's gradient all-reduce
+    (its Python stack cannot tell compute from that wait)."""
     exempt = collective = None
     user: Frame | None = None
+    exchange = False
     for file, _line, func in reversed(frames):  # innermost first
         norm = file.replace(os.sep, "/")
-        if exempt is None:
+        if norm.endswith(_EXCHANGE_FILE) and exempt is None:  # waits for the others
+            exchange, collective = True, collective or "train.report (the ranks' exchange)"
+        if exempt is None and not exchange:
             exempt = next((why for suffix, why in _EXEMPT_FILES if norm.endswith(suffix)), None)
+            exempt = exempt or next((why for part, why in _EXEMPT_DIRS if part in norm), None)
         if collective is None and "torch/distributed/" in norm and func in _COLLECTIVES:
             collective = func
         if collective is None and norm.endswith("torch/nn/parallel/distributed.py"):
             collective = "DistributedDataParallel." + func
+        if collective is None and distributed and norm.endswith(_BACKWARD):
+            collective = "backward (DDP's gradient all-reduce)"
         if user is None and not file.startswith(tuple(library_dirs)) and not file.startswith("<"):
             user = (file, _line, func)
     if user is None and frames:
@@ -169,7 +186,17 @@ def sample() -> Sample | None:
             watched.signature = frames
             watched.moves += 1
         moves = watched.moves
-    return Sample(watched.phase, moves, watched.reports(), classify(frames, _library_dirs()))
+    position = classify(frames, _library_dirs(), _distributed())
+    return Sample(watched.phase, moves, watched.reports(), position)
+
+
+def _distributed() -> bool:
+    """Whether this process has joined a ``torch.distributed`` process group."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:
+        return False
 
 
 def all_stacks() -> str:

@@ -47,6 +47,7 @@ from lumos.train._internal.local_exchange import (
     share,
     worker_info,
 )
+from lumos.train._internal.local_hang import watching
 from lumos.train._internal.result import Result, result_from_state
 from lumos.train._internal.session import run_in_session
 from lumos.train._internal.wire import RankReport, UploadDone, decode
@@ -74,6 +75,7 @@ class LocalSpec:
         use_gpu: Give the rank its local GPU (``torch.cuda.set_device(local_rank)``).
         dataset_shards: The trainer's datasets split for a world size (one
             ``{name: shard}`` per rank), or ``None`` without ``datasets=``.
+        hang_timeout_s: ``FailureConfig(hang_timeout_s)`` (``local_hang.py``).
     """
 
     run: RunSpec
@@ -81,6 +83,7 @@ class LocalSpec:
     process_group_backend: str
     use_gpu: bool
     dataset_shards: Callable[[int], list[dict[str, Any]]] | None = None
+    hang_timeout_s: float | None = None
 
 
 # -- one round: what each rank brings, and what rank 0 makes of it --------------------
@@ -335,7 +338,8 @@ def run_local(spec: LocalSpec) -> Result:
                         )
                     )
                 return result_from_state(run.storage, state, metrics=None)
-            return _LocalRun(spec, exchange, state).run()
+            with watching(run, exchange, spec.hang_timeout_s) as hang:
+                return _LocalRun(spec, exchange, state, hang).run()
     finally:
         exchange.close()
 
@@ -343,11 +347,16 @@ def run_local(spec: LocalSpec) -> Result:
 class _LocalRun:
     """The attempts of one local run: start, launch, roll back, finish or fail."""
 
-    def __init__(self, spec: LocalSpec, exchange: Exchange, state: RunState) -> None:
+    def __init__(
+        self, spec: LocalSpec, exchange: Exchange, state: RunState, hang: tuple[Any, ...] = ()
+    ) -> None:
         self._spec = spec
         self._exchange = exchange
         self._outbox: list[tuple[Any, ...]] = []
-        self._core = RunCore(spec.run, state, self._outbox.append) if exchange.rank == 0 else None
+        core = RunCore(spec.run, state, self._outbox.append, hang) if exchange.rank == 0 else None
+        for component in hang:  # the hang watchdog's thread (local_hang.py)
+            component.bind(core)
+        self._core = core
         self._next = len(state.attempts)
         self._resume = state.latest()
         self._rolled_back_at: float | None = None

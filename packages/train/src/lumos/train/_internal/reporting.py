@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lumos.runtime import CurrentSlot, StopRequested
-from lumos.train._internal import wire
+from lumos.train._internal import pending_saves, wire
 from lumos.train._internal.data_positions import LoaderPositions
 from lumos.train._internal.errors import CheckpointReportError, TrainConfigError, TrainTypeError
 from lumos.train._internal.metrics_check import check_metrics
@@ -293,6 +293,8 @@ class TrainSession:
     def _save_now(self, checkpoint: Checkpoint, dir_name: str, upload: UploadArgs) -> None:
         """SYNC / NO_UPLOAD: make the checkpoint's files be at ``<run>/<dir_name>``."""
         storage = self.context.get_storage()
+        if checkpoint.is_local():  # a background save_sharded_state: its files first
+            pending_saves.wait_now(checkpoint.path)
         if upload.mode is CheckpointUploadMode.NO_UPLOAD:
             check_in_run(storage, checkpoint, dir_name, "checkpoint_upload_mode=NO_UPLOAD")
             return
@@ -318,7 +320,12 @@ class TrainSession:
         uploader = self._get_uploader()
         uploader.acquire()  # back-pressure: waits while MAX_UPLOADS_IN_FLIGHT are in flight
         storage = self.context.get_storage()
+
+        def closed() -> bool:
+            return uploader.closed
+
         try:
+            wait = pending_saves.take(checkpoint.path) if checkpoint.is_local() else None
             if upload.upload_fn is not None:
                 run_upload = user_fn_upload(
                     upload.upload_fn,
@@ -327,15 +334,20 @@ class TrainSession:
                     lambda c, n: check_in_run(storage, c, n, "checkpoint_upload_fn"),
                 )
                 cleanup: list[str] = []
+            elif wait is not None:  # save_sharded_state(async_save=True) still writes it
+                run_upload = persist_job_upload(storage, checkpoint.path, dir_name, closed)
+                cleanup = [checkpoint.path] if upload.delete() else []
             else:
                 snap = (
                     snapshot_directory(checkpoint.path)
                     if checkpoint.is_local()
                     else checkpoint.to_directory()
                 )
-                run_upload = persist_job_upload(storage, snap, dir_name, lambda: uploader.closed)
+                run_upload = persist_job_upload(storage, snap, dir_name, closed)
                 delete = upload.delete() and checkpoint.is_local()
                 cleanup = [snap] + ([checkpoint.path] if delete else [])
+            if wait is not None:
+                run_upload = pending_saves.upload_after_save(wait, run_upload, dir_name, closed)
         except BaseException:
             uploader.release()
             raise

@@ -32,6 +32,10 @@ class WorkerHooks:
     def on_end(self, context: TrainContext, error: BaseException | None) -> None:
         """Called in the user thread after the training function."""
 
+    def for_replacement(self) -> WorkerHooks:
+        """The hooks of a rank launched alone into a running attempt (peer recovery)."""
+        return self
+
 
 _current = CURRENT
 

@@ -294,6 +294,7 @@ class DataParallelTrainer:
             process_group_backend=self._backend().process_group_backend(),
             use_gpu=self.scaling_config.use_gpu,
             dataset_shards=self._dataset_shards() if self.datasets else None,
+            hang_timeout_s=self.run_config.failure_config.hang_timeout_s,
         )
         return run_local(spec)
 

@@ -154,7 +154,8 @@ function chart(title, xs, series, markers, xLabel) {
 
 function metricCharts(metrics) {
   const names = Object.keys(metrics.series);
-  const xs = Array.from({ length: metrics.steps }, (_, i) => i);
+  // a long history comes thinned: x holds the steps kept (every bucket's extremes)
+  const xs = metrics.x || Array.from({ length: metrics.steps }, (_, i) => i);
   return names.slice(0, MAX_CHARTS).map((name) =>
     chart(name, xs, [{ label: name, values: metrics.series[name] }], metrics.markers, "step"));
 }
@@ -169,17 +170,54 @@ function timeline(attempts) {
   })));
 }
 
+function failureText(f) {
+  const where = f.rank >= 0 ? "rank " + f.rank : "group";
+  const node = f.node_ip || f.node_id;
+  return where + (node ? " on node " + node : "") + (f.pid ? ", pid " + f.pid : "") +
+    (f.kind ? " · " + f.kind : "") + (f.error_type ? " · " + f.error_type : "") +
+    (f.preempted ? " · preempted" : "");
+}
+
+function workersText(workers) {
+  return workers.map((w) => w.rank + ": " + (w.node_ip || w.node_id || "?")).join(", ");
+}
+
+// the time of an ISO 8601 UTC stamp (the full stamp is the cell's title)
+function clock(iso) { return iso ? iso.slice(11) : ""; }
+
 function attemptsTable(attempts) {
-  return table(["#", "status", "started", "ended", "duration", "how it started", "resumed at step", "rank", "node", "error"],
+  return table(["#", "status", "ended by", "started", "ended", "duration", "how it started", "resumed at step",
+    "rank", "node", "failures", "workers", "error"],
     attempts.map((a) => el("tr", { class: "attempt-row" }, el("td", {}, a.index), statusCell(a.status),
-      el("td", {}, a.started_at || ""), el("td", {}, a.ended_at || ""), el("td", {}, fmtDuration(a.duration_s)),
-      el("td", {}, a.restart), el("td", {}, fmt(a.resume_report)), el("td", {}, fmt(a.rank)),
-      el("td", {}, a.node || ""), el("td", { class: "error-box" }, el("pre", {}, a.error || "")))), "attempts");
+      el("td", { class: "ended-by" }, a.ended_by || ""),
+      el("td", { title: a.started_at || "" }, clock(a.started_at)), el("td", { title: a.ended_at || "" }, clock(a.ended_at)),
+      el("td", {}, fmtDuration(a.duration_s)),
+      el("td", { class: "restart" }, a.restart), el("td", {}, fmt(a.resume_report)),
+      el("td", { class: "rank" }, fmt(a.rank)), el("td", { class: "node" }, a.node || ""),
+      el("td", { class: "failures" }, (a.failures || []).filter((f) => f.kind).map((f) => el("div", {}, failureText(f)))),
+      el("td", { class: "workers muted" }, workersText(a.workers || [])),
+      el("td", { class: "error-box" }, el("pre", {}, a.error || "")))), "attempts");
+}
+
+function hangsSection(run) {
+  const hangs = run.attempts.filter((a) => a.hang);
+  if (!hangs.length) return [];
+  return [el("h2", {}, "Hangs (" + hangs.length + ")"), el("div", { id: "hangs" }, hangs.map((a) => {
+    const h = a.hang;
+    return el("div", { class: "hang" },
+      el("p", {}, "attempt " + h.attempt + (h.stalled_s !== null && h.stalled_s !== undefined ? ": stalled " + fmtDuration(h.stalled_s) : "")),
+      el("ul", {}, h.culprits.map((c) => el("li", { class: "culprit" },
+        "rank " + c.rank + " on node " + (c.node || "?") + " stuck at " + (c.where || "?") + (c.why ? " (" + c.why + ")" : "")))),
+      el("p", {}, "stacks: ", h.stacks_ranks.map((r) =>
+        el("a", { class: "stacks-link", href: "#/stacks/" + encodeURIComponent(run.rel) + "/" + h.attempt + "/" + r }, "rank " + r + " "))),
+      el("p", { class: "muted" }, h.folder));
+  }))];
 }
 
 function checkpointsTable(cps) {
   return table(["checkpoint", "report", "status", "kept", "metrics", "validation error", "size", "path"],
-    cps.map((c) => el("tr", { class: "checkpoint-row" }, el("td", {}, c.dir_name + (c.latest ? " (latest)" : "")),
+    cps.map((c) => el("tr", { class: "checkpoint-row" + (c.status === "deleted" ? " checkpoint-deleted" : "") },
+      el("td", {}, c.dir_name + (c.latest ? " (latest)" : "")),
       el("td", {}, c.report_index), el("td", {}, c.status), el("td", {}, c.kept),
       el("td", {}, el("pre", {}, JSON.stringify(c.metrics))), el("td", {}, c.validation_error || ""),
       el("td", {}, fmtBytes(c.size_bytes)), el("td", { class: "muted" }, c.uri))), "checkpoints");
@@ -198,13 +236,15 @@ function renderRun(run, metrics) {
   const nested = run.nested.length ? [el("h2", {}, "Nested runs"),
     el("ul", {}, run.nested.map((n) => el("li", {}, link("run", n.rel, n.name))))] : [];
   const tl = timeline(run.attempts);
+  const deleted = run.deleted_checkpoints || [];
   setView(run.path, el("h1", { id: "run-name" }, run.name),
     el("p", {}, el("span", { class: "status status-" + run.status, id: "run-status" }, run.status),
       " · " + run.attempts.length + " attempt(s) · " + run.reports + " report(s) · " +
       run.checkpoints.length + " checkpoint(s) · " + fmtDuration(run.duration_s)),
-    el("h2", {}, "Attempts"), tl, attemptsTable(run.attempts),
+    el("h2", {}, "Attempts"), tl, attemptsTable(run.attempts), hangsSection(run),
     el("h2", {}, "Metrics"), el("div", { class: "charts", id: "charts" }, metricCharts(metrics)), markers,
-    el("h2", {}, "Checkpoints (" + run.checkpoints.length + ")"), checkpointsTable(run.checkpoints),
+    el("h2", {}, "Checkpoints (" + run.checkpoints.length + (deleted.length ? ", " + deleted.length + " deleted" : "") + ")"),
+    checkpointsTable(run.checkpoints.concat(deleted).sort((a, b) => a.report_index - b.report_index)),
     el("h2", {}, "Rollbacks (" + run.rollbacks.length + ")"), rollbacksTable(run.rollbacks),
     el("h2", {}, "Config"), el("pre", { id: "config" }, JSON.stringify(run.config, null, 1)), nested);
   for (const bar of tl.children) bar.style.flexGrow = bar.getAttribute("data-width");
@@ -243,6 +283,7 @@ function renderSweep(sw) {
     el("td", {}, t.rel ? link("run", t.rel, t.name) : t.name), el("td", {}, t.number), statusCell(t.status),
     el("td", { class: "trial-runs" }, (t.runs || []).map((r) => link("run", r.rel, r.name))),
     el("td", {}, el("pre", {}, JSON.stringify(t.config))), el("td", {}, t.iteration),
+    el("td", { class: "trial-updated" }, t.updated_at || ""),
     el("td", {}, metric ? fmt(t.last_result[metric]) : ""),
     el("td", {}, metric && t.curves[metric] ? fmt((mode === "max" ? Math.max : Math.min)(...t.curves[metric].filter((v) => v !== null))) : ""),
     el("td", { class: "error-box" }, t.error ? t.error.type + ": " + t.error.message : "")));
@@ -253,8 +294,15 @@ function renderSweep(sw) {
       (metric ? " · " + mode + " " + metric : "")),
     el("p", { class: "muted" }, "Optuna's own dashboard: ", el("code", {}, sw.optuna_command)),
     el("h2", {}, "Trials"),
-    table(["trial", "#", "status", "Train run", "parameters", "iterations", "last " + (metric || ""), "best " + (metric || ""), "error"], rows, "trials"),
+    table(["trial", "#", "status", "Train run", "parameters", "iterations", "updated", "last " + (metric || ""), "best " + (metric || ""), "error"], rows, "trials"),
     el("h2", {}, "Charts"), el("div", { class: "charts", id: "charts" }, charts));
+}
+
+function renderStacks(doc, rel) {
+  setView(doc.uri, el("h1", {}, "Stacks of rank " + doc.rank + ", attempt " + doc.attempt),
+    el("p", {}, link("run", rel, "back to the run")), el("p", { class: "muted" }, doc.uri),
+    el("pre", { id: "stacks" }, doc.text));
+  window.scrollTo(0, 0);
 }
 
 // -- routing and polling -----------------------------------------------------------------
@@ -278,6 +326,12 @@ async function load() {
     } else if (kind === "sweep") {
       const [sw, text] = await getJSON("/api/sweep" + rel);
       if (text !== lastBody) { lastBody = text; renderSweep(sw); }
+    } else if (kind === "stacks") {
+      const [attempt, rank] = rest.slice(-2);
+      const where = "?path=" + encodeURIComponent(rest.slice(0, -2).join("/")) +
+        "&attempt=" + encodeURIComponent(attempt) + "&rank=" + encodeURIComponent(rank);
+      const [doc, text] = await getJSON("/api/stacks" + where);
+      if (text !== lastBody) { lastBody = text; renderStacks(doc, rest.slice(0, -2).join("/")); }
     } else {
       const [doc, text] = await getJSON("/api/root");
       if (text !== lastBody) { lastBody = text; renderRoot(doc); }

@@ -40,9 +40,10 @@ from lumos.runtime import (
     WorkerPreemptedEvent,
 )
 from lumos.storage import StorageIOError
-from lumos.train._internal.controller import messages
+from lumos.train._internal.controller import attempt_log, messages
 from lumos.train._internal.controller.components.elastic import ElasticComponent
 from lumos.train._internal.controller.components.hang_watchdog import ray_hang_watchdog
+from lumos.train._internal.controller.components.peer_recovery import PeerRecovery
 from lumos.train._internal.controller.core import RunCore
 from lumos.train._internal.controller.failures import failure_of, upload_failure
 from lumos.train._internal.controller.group import GroupDriver
@@ -66,6 +67,9 @@ from lumos.train._internal.wire import RankReport, decode
 if TYPE_CHECKING:
     from typing import Any
 
+    from lumos.runtime import WorkerInfo
+    from lumos.storage import WorkerRecord
+    from lumos.train._internal.controller.run_book import EndedBy
     from lumos.train._internal.controller.spec import ControllerSpec
     from lumos.train._internal.result import Result
 
@@ -115,11 +119,15 @@ class TrainController:
             min_workers=group_spec.min_workers or 1,
             placement_timeout_s=group_spec.placement_timeout_s,
         )
-        extra = (self.elastic, *ray_hang_watchdog(spec, self.workers))
+        self.peer = PeerRecovery(
+            self.workers, run.console, spec.failure_policy, spec.backend.peer_recovery
+        )
+        extra = (self.elastic, self.peer, *ray_hang_watchdog(spec, self.workers))
         self.core = RunCore(run, spec.run_state, self._notify, extra=extra)
         self.state: ControllerState = InitializingState()
         self.history: list[ControllerState] = []
         self.failures_so_far = 0
+        self._launched = False  # an attempt started under this driver
 
     def run(self) -> Result:
         """Run to a terminal state; return the result or raise the run's error."""
@@ -163,6 +171,7 @@ class TrainController:
         step = "start the workers"  # what failed, for the failure's message
         try:
             group = self.workers.group
+            kept = state.keep_group and group is not None
             if not state.keep_group or group is None:
                 group = self.workers.start(self.spec.group_spec)
             if state.cleanup:
@@ -171,8 +180,12 @@ class TrainController:
             step = "set up the training backend on the workers"
             hooks = self.spec.backend.prepare_launch(group)
             step = "launch the training function on the workers"
-            args = self.core.begin_attempt(state.attempt, len(group.workers), state.resume_from)
+            how = self._how_started(state, kept, group.workers)
+            args = self.core.begin_attempt(
+                state.attempt, len(group.workers), state.resume_from, how
+            )
             group.launch(run_train_worker, args=(run.train_fn, run.config, args, hooks))
+            self.peer.launched(run_train_worker, (run.train_fn, run.config, args), hooks)
         except Exception as exc:
             self.console.info(messages.launch_failed_line(exc))
             failure = WorkerFailure(
@@ -195,7 +208,12 @@ class TrainController:
         group = self.workers.group  # None: training finished under an earlier driver
         batch = self._handle(group.poll(interval if attempt.running else 0.0) if group else [])
         if batch.failures and batch.verdict is None:
-            batch = self._collect_other_endings(batch)
+            recovered = self.peer.recover(batch.failures, self.failures_so_far, core)
+            if recovered is not None:  # replaced from a live peer: the others train on
+                self.failures_so_far += 1
+                batch = _Batch(verdict=recovered.verdict)
+            else:
+                batch = self._collect_other_endings(batch)
         if batch.verdict is None and not batch.failures:
             batch.verdict = core.idle(0.0 if attempt.running else interval)  # validations
         if batch.verdict is not None:
@@ -223,9 +241,11 @@ class TrainController:
         if isinstance(verdict, RunBroken):
             return ErroredState(self.core.broken_error(verdict))
         attempt = self.core.attempt
-        if isinstance(verdict, RanksStuck):  # a failure; stuck ranks do not stop: a new group
+        if isinstance(verdict, RanksStuck):  # a failure: the stuck ranks' processes are
+            # replaced (the others' collectives fail then); avoiding nodes needs a new group
             ended = frozenset(range(attempt.world_size)) - attempt.running
-            return RestartingState(verdict.failures, state.attempt, ended, stragglers=True)
+            new_group = self.spec.hang_avoid_node
+            return RestartingState(verdict.failures, state.attempt, ended, stragglers=new_group)
         gone = frozenset(range(attempt.world_size)) - attempt.running - dead
         return RollingBackState(verdict.fired, state.attempt, ended_ranks=gone, dead_ranks=dead)
 
@@ -235,7 +255,7 @@ class TrainController:
         preemption = decision is not None
         if decision is None:
             decision = self.spec.failure_policy.make_decision(failures, self.failures_so_far)
-        self.core.attempt_failed(failures, decision)
+        self.core.attempt_failed(failures, decision, self.workers.workers, preemption)
         if not decision.should_retry:
             self.console.info(messages.giving_up_line(decision))
             errors = self._worker_errors(failures)
@@ -285,7 +305,8 @@ class TrainController:
     def _resize(self, state: ResizingState) -> ControllerState:
         """At a checkpoint boundary: stop the ranks, grow or move the preempted ones."""
         since = time.monotonic()
-        self.core.end_attempt("resized", state.move.reason)
+        by: EndedBy = "preemption" if state.move.preempted else "resize"
+        self.core.end_attempt("resized", state.move.reason, by)
         resume = self.core.book.latest()
         world = self.core.attempt.world_size
         keep = self.elastic.move(state.move, state.ended_ranks, world, self.core.parent_stop)
@@ -369,6 +390,21 @@ class TrainController:
         return batch
 
     # -- helpers ------------------------------------------------------------------------
+    def _how_started(
+        self, state: SchedulingState, kept: bool, workers: list[WorkerInfo]
+    ) -> tuple[str, list[WorkerRecord]]:
+        """How attempt ``state.attempt`` starts and where its ranks run (for its record)."""
+        first, self._launched = not self._launched, True
+        text = attempt_log.restart_text(
+            state.attempt,
+            first_launch=first,
+            after=state.after,
+            kept_group=kept,
+            replaced=self.workers.replaced,
+        )
+        self.workers.replaced = []  # the next attempt's record says only its own
+        return text, attempt_log.worker_records(workers)
+
     def _notify(self, message: tuple[Any, ...]) -> None:
         group = self.workers.group
         if group is not None:  # SYNC ranks wait for a commit notice, the others read it later

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lumos.runtime import StopRequested
-from lumos.train._internal.controller import messages
+from lumos.train._internal.controller import attempt_log, messages
 from lumos.train._internal.controller.components.health import (
     HealthComponent,
     RollbackPlan,
@@ -46,7 +46,7 @@ from lumos.train._internal.controller.components.positions import LoaderPosition
 from lumos.train._internal.controller.components.validation import ValidationComponent
 from lumos.train._internal.controller.metrics_buffer import MetricsBuffer
 from lumos.train._internal.controller.reports import Commit, ReportAggregator
-from lumos.train._internal.controller.run_book import AttemptStatus, RunBook
+from lumos.train._internal.controller.run_book import AttemptStatus, EndedBy, RunBook
 from lumos.train._internal.controller.seam import (
     Attempt,
     CommitDraft,
@@ -66,8 +66,8 @@ from lumos.train._internal.train_context import WorkerRunArgs, trial_of
 from lumos.train._internal.wire import commit_message, validated_message
 
 if TYPE_CHECKING:
-    from lumos.runtime import FailureDecision, WorkerFailure
-    from lumos.storage import Checkpoint, CheckpointRecord, RunState
+    from lumos.runtime import FailureDecision, WorkerFailure, WorkerInfo
+    from lumos.storage import Checkpoint, CheckpointRecord, RunState, WorkerRecord
     from lumos.train._internal.controller.health_monitor import Fired
     from lumos.train._internal.controller.spec import RunSpec
     from lumos.train._internal.controller.validations import Outcome
@@ -157,17 +157,19 @@ class RunCore:
         return resume
 
     def begin_attempt(
-        self, index: int, world_size: int, resume: CheckpointRecord | None
-    ) -> WorkerRunArgs:
-        """Attempt ``index`` starts on ``world_size`` ranks; returns what every rank gets."""
+        self, index: int, world_size: int, resume: CheckpointRecord | None,
+        how: tuple[str | None, Sequence[WorkerRecord]] = (None, ()),
+    ) -> WorkerRunArgs:  # fmt: skip
+        """Attempt ``index`` starts on ``world_size`` ranks (``how``: how it started and
+        where its ranks run, for its record); returns what every rank gets."""
         base = resume.report_index + 1 if resume else 0
         names = self.book.state.checkpoint_names()
         self.attempt = Attempt(
-            index, world_size, base, resume, ReportAggregator(world_size, names),
+            index, world_size, base, resume, ReportAggregator(world_size, names, base),
             running=set(range(world_size)),
         )  # fmt: skip
         self.metrics.rewind(base)  # rows from the resume point on are reported again
-        self.book.begin_attempt(index)
+        self.book.begin_attempt(index, *how)
         for c in self.components:
             c.attempt_started(self.attempt)
         if self.training_done:  # an attempt that only finishes what an earlier one left
@@ -220,6 +222,12 @@ class RunCore:
 
         return self._aggregate(finished)
 
+    def rank_replaced(self, rank: int) -> Verdict | None:
+        """Peer recovery: ``rank`` is replaced while the others go on (its function runs
+        again and joins the attempt); reports stop waiting for it until it reports."""
+        self.attempt.running.add(rank)
+        return self._aggregate(lambda: self.attempt.reports.excuse(rank))
+
     def idle(self, timeout_s: float) -> Verdict | None:
         """Let the components poll their work (validations) for up to ``timeout_s``."""
         return self._first(lambda c: c.idle(timeout_s))
@@ -242,14 +250,23 @@ class RunCore:
         return self._parent_stopped() or isinstance(error, KeyboardInterrupt | StopRequested)
 
     # -- ending attempts --------------------------------------------------------------------
-    def end_attempt(self, status: AttemptStatus, text: str | None) -> None:
+    def end_attempt(
+        self, status: AttemptStatus, text: str | None, ended_by: EndedBy | None = None
+    ) -> None:
         """Write the buffered metrics, then record how the attempt ended."""
         self.metrics.flush()
-        self.book.end_attempt(status, text)
+        self.book.end_attempt(status, text, ended_by=ended_by)
 
-    def attempt_failed(self, failures: Sequence[WorkerFailure], decision: FailureDecision) -> None:
-        """Record a failed attempt; the components and callbacks learn of it."""
-        self.end_attempt("errored", "; ".join(f.message for f in failures))
+    def attempt_failed(
+        self, failures: Sequence[WorkerFailure], decision: FailureDecision,
+        workers: Sequence[WorkerInfo] = (), preempted: bool = False,
+    ) -> None:  # fmt: skip
+        """Record a failed attempt (each failure's rank, node and error type with it);
+        the components and callbacks learn of it."""
+        self.metrics.flush()
+        records = attempt_log.failure_records(failures, workers, preempted=preempted)
+        by = attempt_log.ended_by(failures, preempted)
+        self.book.end_attempt("errored", "; ".join(f.message for f in failures), records, by)
         for c in self.components:
             c.worker_failed(failures, decision.should_retry)
         for cb in self.run.callbacks:
@@ -271,7 +288,7 @@ class RunCore:
             self.console.info(messages.gave_up_line(text))
             self.end_attempt("errored", text)
             return self.failed_error(text, {-1: plan.error}, failures)
-        self.end_attempt("rolled_back", plan.why)
+        self.end_attempt("rolled_back", plan.why, "rollback")
         return plan
 
     def roll_back(self, plan: RollbackPlan) -> CheckpointRecord | None:

@@ -21,6 +21,7 @@ from lumos.runtime import (
 )
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
+from lumos.train._internal.controller.attempt_log import Replacement
 
 
 class GroupDriver:
@@ -47,6 +48,7 @@ class GroupDriver:
         self._stop_grace_s = stop_grace_s
         self.group: WorkerGroupProtocol | None = None
         self._avoid: tuple[str, ...] = ()
+        self.replaced: list[Replacement] = []  # in the running group since it started
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -71,6 +73,7 @@ class GroupDriver:
     def start(self, spec: WorkerGroupSpec) -> WorkerGroupProtocol:
         """Shut down the current group (if any) and start a new one."""
         self.shutdown()
+        self.replaced = []
         if self._avoid and not spec.elastic:
             spec, self._avoid = replace(spec, avoid_nodes=self._avoid), ()
         t0 = time.monotonic()
@@ -155,9 +158,14 @@ class GroupDriver:
         group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
         return before, len(group.workers), time.monotonic() - t0
 
+    def replace_ranks(self, ranks: list[int]) -> None:
+        """Replace ``ranks``' workers (the standby first) while the others keep running."""
+        self._replace(self.current(), ranks)
+
     def _replace(self, group: WorkerGroupProtocol, ranks: list[int]) -> None:
         t0 = time.monotonic()
         by_standby = sorted(group.replace_workers(ranks) or [])
+        self.replaced.append(Replacement(tuple(ranks), tuple(by_standby)))
         self._console.info(messages.replaced_line(ranks, by_standby, time.monotonic() - t0))
 
     def shutdown(self) -> bool:

@@ -69,6 +69,14 @@ def replaced_line(ranks: Sequence[int], by_standby: Sequence[int], seconds: floa
     return f"replaced {ranks_text(ranks)} in {seconds:.2f} s ({'; '.join(parts)})"
 
 
+def peer_recovery_line(ranks: Sequence[int], seconds: float, decision: FailureDecision) -> str:
+    """Peer recovery: the replaced ranks rejoin while the others keep training."""
+    return (
+        f"{ranks_text(ranks)} rejoin the running attempt in {seconds:.2f} s and take the "
+        f"state from a live peer; the other ranks keep training ({decision.reason})"
+    )
+
+
 def replace_failed_line(error: BaseException) -> str:
     """The line when replacing failed ranks did not work."""
     return (
@@ -295,3 +303,36 @@ def uneven_ranks_text(ended: Sequence[int], still: Sequence[int]) -> str:
 def upload_failed_text(ranks: Sequence[int]) -> str:
     """Local mode: a rank's background checkpoint upload failed."""
     return f"the checkpoint upload of rank(s) {list(ranks)} failed"
+
+
+def hang_exit_line(code: int) -> str:
+    """Local mode / torchrun: the watchdog failed the run; the stuck process exits."""
+    return (
+        f"lumos.train: a stuck training thread cannot be stopped inside its process: the "
+        f"run is marked failed and this process exits with status {code} (torchrun "
+        "--max-restarts restarts the ranks; a rerun of fit() resumes from the latest "
+        "checkpoint)"
+    )
+
+
+def restart_text(
+    attempt: int,
+    *,
+    first_launch: bool,
+    after: str | None,
+    kept_group: bool,
+    replaced: Sequence[int],
+    by_standby: Sequence[int],
+) -> str:
+    """How an attempt started, as its record says (``AttemptRecord.restart``):
+    ``first launch``, ``new group``, ``replaced rank 1 (standby)``, ``rollback, same
+    workers``, ``resize, new group``, ``resumed by a new fit(), new group``."""
+    if first_launch:
+        return "first launch" if attempt == 0 else "resumed by a new fit(), new group"
+    how = "new group"
+    if kept_group:
+        fresh = [r for r in replaced if r not in by_standby]
+        parts = [f"{ranks_text(by_standby)} by standby"] if by_standby else []
+        parts += [f"{ranks_text(fresh)} by a new process"] if fresh else []
+        how = f"replaced {'; '.join(parts)}" if parts else "same workers"
+    return f"{after}, {how}" if after else how

@@ -11,6 +11,13 @@ The aggregator also catches the ways ranks can misuse checkpoint names, which no
 retry can fix (``CheckpointReportError``): different ``checkpoint_dir_name`` values
 for one report, a name already used by a committed (or another pending) checkpoint,
 and a rank that returned without sending a report that others sent with a checkpoint.
+
+Peer recovery (``TorchftConfig``) replaces a dead rank while the others keep
+reporting: :meth:`ReportAggregator.excuse` stops waiting for it, and its replacement
+counts again from the first report it sends (the index it got from a live peer). A
+rank that took the state from a peer (a replacement, or a slow rank torchft left out
+of a few steps) skips the reports it missed: a jump in its report indices excuses it
+from the skipped ones (:class:`_Members`).
 """
 
 from __future__ import annotations
@@ -62,6 +69,42 @@ class _Pending:
         }
 
 
+class _Members:
+    """Which ranks a report waits for (pure): all, but the absent ones and the ranks
+    whose report indices jumped over it."""
+
+    def __init__(self, world_size: int, base: int) -> None:
+        self.world_size = world_size
+        self.base = base
+        self.absent: set[int] = set()  # replaced; the replacement has not reported yet
+        self._last: dict[int, int] = {}  # every rank's latest report index
+        self._skipped: dict[int, list[range]] = {}
+        self.gaps = False  # a jump excuses (peer recovery on); else ranks report in step
+
+    def reported(self, rank: int, index: int) -> bool:
+        """Record ``rank``'s report ``index``; True when it jumped over earlier ones."""
+        self.absent.discard(rank)
+        previous = self._last.get(rank, self.base - 1)
+        self._last[rank] = max(previous, index)
+        if not self.gaps or index <= previous + 1:
+            return False
+        self._skipped.setdefault(rank, []).append(range(previous + 1, index))
+        return True
+
+    def excused(self, rank: int, index: int) -> bool:
+        """Whether report ``index`` does not wait for ``rank``."""
+        return rank in self.absent or any(index in r for r in self._skipped.get(rank, ()))
+
+    def complete(self, index: int, reported: dict[int, RankReport]) -> bool:
+        """Whether every rank that report ``index`` waits for sent it (a report of a rank
+        excused since does not stand in for another rank's)."""
+        if not self.absent and not self._skipped:
+            return len(reported) >= self.world_size  # always so without peer recovery
+        return all(
+            rank in reported for rank in range(self.world_size) if not self.excused(rank, index)
+        )
+
+
 class ReportAggregator:
     """Collects one attempt's reports of ranks ``0 .. world_size - 1``.
 
@@ -77,13 +120,44 @@ class ReportAggregator:
         [Commit(index=0, dir_name='ckpt', metrics={'loss': 1.0}, ranks=(0, 1))]
     """
 
-    def __init__(self, world_size: int, committed_names: Iterable[str] = ()) -> None:
+    def __init__(self, world_size: int, committed_names: Iterable[str] = (), base: int = 0) -> None:
         self.world_size = world_size
         self._committed = set(committed_names)
         self._pending: dict[int, _Pending] = {}
         self._waiting: dict[int, tuple[Commit, set[int]]] = {}  # complete, uploads pending
         self._uploaded_early: set[tuple[int, int]] = set()
         self._finished: set[int] = set()
+        self._members = _Members(world_size, base)
+        self._closed: set[int] = set()  # complete reports (under peer recovery)
+
+    def follow_peer_recovery(self) -> None:
+        """Peer recovery is on: a rank whose report indices jump (it took a live peer's
+        state and its report count) is excused from the reports it skipped."""
+        self._members.gaps = True
+
+    def excuse(self, rank: int) -> list[Commit]:
+        """Stop waiting for ``rank`` (its worker died; a replacement joins later).
+
+        Returns:
+            The commits released by no longer waiting for it, in report order.
+        """
+        self._members.absent.add(rank)
+        for pending in self._pending.values():  # its unfinished upload never finishes
+            mine = pending.by_rank.get(rank)
+            if mine is not None and mine.upload_pending:
+                del pending.by_rank[rank]
+        for index, (_, uploading) in list(self._waiting.items()):
+            if rank in uploading:  # a checkpoint missing its files is never committed
+                del self._waiting[index]
+        return self._recheck() + self._release()
+
+    def _recheck(self) -> list[Commit]:
+        """The commits of pending reports that no longer wait for a rank."""
+        out: list[Commit] = []
+        for index in sorted(self._pending):
+            if index in self._pending:
+                out += self._complete(self._pending[index])
+        return out
 
     def add(self, rank: int, report: RankReport) -> list[Commit]:
         """Record ``rank``'s report.
@@ -95,17 +169,26 @@ class ReportAggregator:
             CheckpointReportError: the ranks disagree about this report's checkpoint,
                 or its name is already used by another checkpoint of the run.
         """
+        released = self._recheck() if self._members.reported(rank, report.index) else []
+        if report.index in self._closed:
+            return released  # completed without this rank (excused then): nothing to add
         if report.checkpoint_dir_name is not None:
             self._check_name_free(report.index, report.checkpoint_dir_name)
         pending = self._pending.get(report.index)
         if pending is None:
             pending = self._pending[report.index] = _Pending(report.index)
         pending.by_rank[rank] = report
-        if len(pending.by_rank) < self.world_size:
-            if report.checkpoint_dir_name is not None:
-                self._check_reportable(pending)
+        if report.checkpoint_dir_name is not None:
+            self._check_reportable(pending)
+        return released + self._complete(pending)
+
+    def _complete(self, pending: _Pending) -> list[Commit]:
+        """The commits ``pending`` releases once every rank it waits for reported it."""
+        if not self._members.complete(pending.index, pending.by_rank):
             return []
-        del self._pending[report.index]
+        del self._pending[pending.index]
+        if self._members.gaps:  # a late report of it (peer recovery) is dropped
+            self._closed.add(pending.index)
         if not pending.has_checkpoint():
             return []
         commit = _commit_of(pending)
@@ -179,7 +262,11 @@ class ReportAggregator:
         """A checkpoint that a finished rank never reported can never commit."""
         if not pending.has_checkpoint():
             return
-        missing = sorted(self._finished - set(pending.by_rank))
+        missing = sorted(
+            r
+            for r in self._finished - set(pending.by_rank)
+            if not self._members.excused(r, pending.index)
+        )
         if missing:
             raise CheckpointReportError(
                 f"rank(s) {missing} returned without calling train.report() for report "
@@ -198,7 +285,7 @@ def _commit_of(pending: _Pending) -> Commit:
             f"across ranks ({detail}); every rank that passes a checkpoint must pass the "
             "same checkpoint_dir_name for one report"
         )
-    rank0 = pending.by_rank.get(0)
+    rank0 = pending.by_rank.get(0) or pending.by_rank[min(pending.by_rank)]
     requests = [
         r.validation for _, r in sorted(pending.by_rank.items()) if r.validation is not None
     ]

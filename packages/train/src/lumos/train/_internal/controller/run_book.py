@@ -10,22 +10,26 @@ new state before it deletes what the retention policy drops.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from lumos.storage import (
     AttemptRecord,
     Checkpoint,
     CheckpointRecord,
+    FailureRecord,
     RetentionPolicy,
     RollbackRecord,
     RunState,
     RunStorage,
+    WorkerRecord,
 )
 from lumos.train._internal.errors import CheckpointReportError
 from lumos.train._internal.result import Result, result_from_state
 
 RunStatus = Literal["running", "finished", "errored", "aborted"]
 AttemptStatus = Literal["finished", "errored", "aborted", "rolled_back", "resized"]
+EndedBy = Literal["failure", "hang", "preemption", "resize", "rollback"]
 ROLLED_BACK_SUFFIX = ".rolled-back-"
 """A rolled-back checkpoint's directory becomes ``<name>.rolled-back-<number>``, so
 that the resumed run may report under its old name again."""
@@ -79,20 +83,31 @@ class RunBook:
             extra = {**self.state.extra, TRAINING_FINISHED: done}
             self._save(extra=extra, updated_at=time.time())
 
-    def begin_attempt(self, index: int) -> None:
-        """Record that attempt ``index`` starts (replacing a record of the same index)."""
+    def begin_attempt(
+        self, index: int, restart: str | None = None, workers: Sequence[WorkerRecord] = ()
+    ) -> None:
+        """Record that attempt ``index`` starts (replacing a record of the same index),
+        how it started and where its ranks run."""
         attempts = [a for a in self.state.attempts if a.index != index]
-        attempts.append(AttemptRecord(index=index, started_at=time.time()))
+        record = AttemptRecord(index=index, restart=restart, workers=list(workers))
+        attempts.append(record)
         self._save(attempts=attempts, status="running", updated_at=time.time())
 
-    def end_attempt(self, status: AttemptStatus, error: str | None) -> None:
-        """Record how the current attempt ended (a no-op when it already has)."""
+    def end_attempt(
+        self,
+        status: AttemptStatus,
+        error: str | None,
+        failures: Sequence[FailureRecord] = (),
+        ended_by: EndedBy | None = None,
+    ) -> None:
+        """Record how the current attempt ended (a no-op when it already has): its
+        status, error text, each failure's rank and node, and the event that ended it."""
         attempts = list(self.state.attempts)
         if not attempts or attempts[-1].ended_at is not None:
             return
-        attempts[-1] = attempts[-1].model_copy(
-            update={"ended_at": time.time(), "status": status, "error": error}
-        )
+        update: dict[str, Any] = {"ended_at": time.time(), "status": status, "error": error}
+        update |= {"failures": list(failures), "ended_by": ended_by}
+        attempts[-1] = attempts[-1].model_copy(update=update)
         self._save(attempts=attempts)
 
     def commit(

@@ -12,6 +12,8 @@ from lumos.train._internal.controller.spec import ControllerSettings
 from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.torch.backend import TorchBackend
 from lumos.train._internal.torch.config import TorchConfig
+from lumos.train._internal.torch.torchft_backend import TorchftBackend
+from lumos.train._internal.torch.torchft_config import TorchftConfig
 from lumos.train._internal.trainer import DataParallelTrainer
 
 if TYPE_CHECKING:
@@ -78,6 +80,11 @@ class TorchTrainer(DataParallelTrainer):
         if torch_config is not None and not isinstance(torch_config, TorchConfig):
             raise TrainConfigError(f"torch_config={torch_config!r} is not a TorchConfig")
         self.torch_config = torch_config or TorchConfig()
+        if isinstance(self.torch_config, TorchftConfig) and self.scaling_config.num_workers == 0:
+            raise TrainConfigError(
+                "torch_config=TorchftConfig(...) needs Ray workers, but "
+                "ScalingConfig(num_workers=0) runs in this process; set num_workers >= 1"
+            )
         if self.torch_config.backend == "nccl" and not self.scaling_config.use_gpu:
             raise TrainConfigError(
                 "TorchConfig(backend='nccl') needs GPUs but ScalingConfig(use_gpu=False); "
@@ -85,4 +92,6 @@ class TorchTrainer(DataParallelTrainer):
             )
 
     def _backend(self) -> Backend:
+        if isinstance(self.torch_config, TorchftConfig):
+            return TorchftBackend(self.torch_config)
         return TorchBackend(self.torch_config, self.scaling_config.use_gpu)

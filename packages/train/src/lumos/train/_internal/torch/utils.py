@@ -58,33 +58,52 @@ def prepare_model(
 
     With more than one worker the model is wrapped in
     ``torch.nn.parallel.DistributedDataParallel`` (gradients are averaged
-    across workers on ``backward()``); with one worker it is returned as is.
+    across workers on ``backward()``), or sharded with FSDP2 (``fully_shard``: each
+    rank holds a shard of every parameter); with one worker it is returned as is.
 
     Args:
         model: the model.
         move_to_device: move it to ``get_device()`` first.
-        parallel_strategy: ``"ddp"`` (default) or ``None`` (no wrapping).
-        parallel_strategy_kwargs: extra keyword arguments for DDP.
+        parallel_strategy: ``"ddp"`` (default), ``"fsdp"`` (FSDP2, sharded in place;
+            save it with ``save_sharded_state``) or ``None`` (no wrapping).
+        parallel_strategy_kwargs: extra keyword arguments for DDP; for FSDP
+            ``mesh``, ``reshard_after_forward``, ``mp_policy`` (a
+            ``MixedPrecisionPolicy``), ``offload_policy`` (a ``CPUOffloadPolicy``) and
+            ``shard_modules`` (submodule classes sharded on their own, e.g. the
+            transformer blocks).
 
     Returns:
-        The prepared model (access the original as ``model.module`` under DDP).
+        The prepared model (the original is ``model.module`` under DDP, itself under FSDP).
+
+    Raises:
+        TrainConfigError: an unknown ``parallel_strategy``, or a
+            ``parallel_strategy_kwargs`` key that does not apply to FSDP.
 
     Example:
         >>> model = prepare_model(torch.nn.Linear(4, 1))  # doctest: +SKIP
+        >>> model = prepare_model(net, parallel_strategy="fsdp",  # doctest: +SKIP
+        ...     parallel_strategy_kwargs={"shard_modules": (Block,)})
     """
-    if parallel_strategy not in ("ddp", None):
-        raise TrainConfigError(
-            f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp' or None"
-        )
+    if parallel_strategy not in ("ddp", "fsdp", None):
+        raise TrainConfigError(f"prepare_model(parallel_strategy={parallel_strategy!r}) is "
+                               "not supported; use 'ddp' (default), 'fsdp' or None")  # fmt: skip
+    kwargs = dict(parallel_strategy_kwargs or {})
+    if parallel_strategy == "fsdp":
+        from lumos.train._internal.torch.fsdp import check_fsdp_kwargs
+
+        check_fsdp_kwargs(kwargs)  # a typo fails on every world size, one worker included
     device = get_device()
     if move_to_device:
         model = model.to(device)
     _, world = _world()
     if parallel_strategy is None or world <= 1:
         return model
+    if parallel_strategy == "fsdp":
+        from lumos.train._internal.torch.fsdp import shard_model
+
+        return shard_model(model, kwargs, device, world)
     from torch.nn.parallel import DistributedDataParallel
 
-    kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
     return DistributedDataParallel(model, **kwargs)

@@ -20,7 +20,8 @@ progress and who the culprit is). When a rank is stuck for
    ``RankStuckError`` (culprit, node, frame, stacks path): the failure policy decides
    the restart, and ``TrainingFailedError.worker_errors`` carries it.
 
-Ray backend only (local mode and torchrun have no actor to ask).
+On Ray through :func:`ray_hang_watchdog`; in local mode and under torchrun through
+``local_hang.py`` (its own thread and probes; the process exits when it fires).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class HangWatchdog(Component):
         self._clock = clock
         self._judge: HangJudge | None = None
         self._running: set[int] = set()  # the attempt's ranks still in the function
+        self._answered: set[int] = set()  # ranks sampled since the last judgement
         self._attempt = -1
         self._next = 0.0
         self.findings: list[Finding] = []
@@ -103,6 +105,7 @@ class HangWatchdog(Component):
         self._probe.reset()
         self._attempt = attempt.index
         self._running = attempt.running  # RunCore keeps it current
+        self._answered = set()
         self._judge = HangJudge(attempt.world_size, self.timeout_s) if attempt.world_size else None
         self._next = 0.0
 
@@ -115,8 +118,12 @@ class HangWatchdog(Component):
         for rank, sample in self._probe.poll().items():
             if rank in self._running:
                 judge.observe(rank, sample, now)
+                self._answered.add(rank)
         for rank in set(judge.ranks) - self._running:  # it returned: nothing to wait for
             judge.forget(rank)
+        if not self._running <= self._answered:  # judged once every rank answered: a late
+            return None  # answer (a loaded machine) may be an expected wait of its own
+        self._answered = set()
         finding = judge.stuck(now)
         if finding is None:
             return None

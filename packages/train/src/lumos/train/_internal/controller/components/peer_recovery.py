@@ -1,0 +1,138 @@
+"""Peer recovery (``TorchftConfig``): a dead rank is replaced while the others train on.
+
+Without it, any failure ends the attempt: every rank stops and resumes from the latest
+committed checkpoint. With a backend that sets ``peer_recovery`` (torchft), the
+controller first asks :meth:`PeerRecovery.recover`: when the failed ranks can be
+replaced and at least one rank still trains (a live peer holds the state), their
+workers are replaced (the warm standby first), the training function is launched on
+them alone with the attempt's own arguments, and the report aggregator stops waiting
+for them until they report (``RunCore.rank_replaced``). The survivors' functions never
+stop; the replacement receives the state from a live peer at its first step
+(``torch/torchft_loop.py``). Each recovery counts as one failure against
+``FailureConfig(max_failures)``; past it, or when no rank is left alive, the failure
+takes the ordinary path (stop, restart from the latest checkpoint, or raise).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lumos.runtime import FailureKind, FailurePolicy, WorkerFailure
+from lumos.train._internal.console import Console
+from lumos.train._internal.controller import messages
+from lumos.train._internal.controller.group import GroupDriver
+from lumos.train._internal.controller.seam import Attempt, Component, Verdict
+from lumos.train._internal.session import WorkerHooks
+
+REPLACEABLE = frozenset({FailureKind.ACTOR_DIED, FailureKind.HUNG, FailureKind.USER_ERROR})
+"""Failures a rank recovers from by replacement: its process died, hung or its function
+raised (its worker is replaced too, so no state of the failed function survives)."""
+
+
+def ranks_to_replace(
+    failures: Sequence[WorkerFailure], running: set[int], world_size: int
+) -> list[int] | None:
+    """The ranks peer recovery replaces, or ``None`` when it cannot (pure).
+
+    Args:
+        failures: The batch's failures.
+        running: The attempt's ranks whose function has not ended (failed ones removed).
+        world_size: The attempt's number of ranks.
+
+    Returns:
+        The failed ranks, sorted, when every failure is a rank's and replaceable and a
+        live rank outside them remains; else ``None``.
+    """
+    if not failures or any(f.rank < 0 or f.kind not in REPLACEABLE for f in failures):
+        return None
+    failed = sorted({f.rank for f in failures})
+    if any(r >= world_size for r in failed) or not (running - set(failed)):
+        return None
+    return failed
+
+
+class ReplacedSink(Protocol):
+    """What learns of a replaced rank (``RunCore.rank_replaced``)."""
+
+    def rank_replaced(self, rank: int) -> Verdict | None: ...
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A peer recovery that happened: the replaced ranks and a verdict of the commits
+    that stopped waiting for them (``None``: go on)."""
+
+    ranks: tuple[int, ...]
+    verdict: Verdict | None = None
+
+
+class PeerRecovery(Component):
+    """Replaces failed ranks in a running attempt (see the module docstring).
+
+    Args:
+        workers: The run's group driver.
+        console: Where state lines go.
+        policy: The run's failure policy (``FailureConfig(max_failures)``).
+        enabled: The backend recovers ranks from their peers (``Backend.peer_recovery``).
+    """
+
+    def __init__(
+        self, workers: GroupDriver, console: Console, policy: FailurePolicy, enabled: bool
+    ) -> None:
+        self._workers = workers
+        self._console = console
+        self._policy = policy
+        self.enabled = enabled
+        self._launch: tuple[Any, ...] | None = None
+        self._attempt: Attempt | None = None
+        self.recoveries = 0
+
+    def attempt_started(self, attempt: Attempt) -> None:
+        self._attempt = attempt
+        if self.enabled:
+            attempt.reports.follow_peer_recovery()
+
+    def launched(self, fn: Any, args: tuple[Any, ...], hooks: WorkerHooks | None) -> None:
+        """The attempt's launch: what a replacement runs (the same function and args,
+        with ``hooks.for_replacement()``)."""
+        self._launch = (fn, (*args, hooks.for_replacement() if hooks is not None else None))
+
+    def recover(
+        self, failures: Sequence[WorkerFailure], failures_so_far: int, core: ReplacedSink
+    ) -> Recovered | None:
+        """Replace the failed ranks while the others go on; ``None``: take the ordinary path.
+
+        Args:
+            failures: The batch's failures.
+            failures_so_far: Failures the run recovered from so far.
+            core: The ``RunCore`` (``rank_replaced``).
+        """
+        attempt = self._attempt
+        if not self.enabled or self._launch is None or attempt is None:
+            return None
+        ranks = ranks_to_replace(failures, attempt.running, attempt.world_size)
+        if ranks is None:
+            return None
+        decision = self._policy.make_decision(list(failures), failures_so_far)
+        if not decision.should_retry:
+            return None
+        t0 = time.monotonic()
+        group = self._workers.current()
+        try:
+            self._workers.replace_ranks(ranks)
+            fn, args = self._launch
+            group.launch(fn, args=args, ranks=ranks)
+        except Exception as exc:
+            self._console.info(messages.replace_failed_line(exc))
+            return None
+        self.recoveries += 1
+        for f in failures:
+            self._console.info(messages.describe_failure(f, self._workers.workers))
+        self._console.info(messages.peer_recovery_line(ranks, time.monotonic() - t0, decision))
+        verdict = None
+        for rank in ranks:
+            verdict = core.rank_replaced(rank) or verdict
+        return Recovered(tuple(ranks), verdict)
