@@ -41,8 +41,10 @@ def _hang(storage: Path, name: str) -> dict[str, Any]:
 
 
 def _result(out: str) -> dict[str, Any]:
+    # every rank prints its line; under torchrun two may share one line of the output
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-    metrics: dict[str, Any] = json.loads(line[len("RESULT ") :])
+    metrics, _ = json.JSONDecoder().raw_decode(line[len("RESULT ") :])
+    assert isinstance(metrics, dict), line
     return metrics
 
 

@@ -87,8 +87,12 @@ def _stored(storage: RunStorage) -> dict[str, Any]:
         c.dir_name: sorted(p.name for p in Path(storage.checkpoint_path(c.dir_name)).iterdir())
         for c in state.checkpoints
     }
+    plain = _plain(json.loads(state.model_dump_json())) | {"name": None}
+    for attempt in plain["attempts"]:  # where each rank ran and how the ranks were started
+        attempt.pop("workers", None)  # (a standby, a new group) are the backend's own: the
+        attempt.pop("restart", None)  # Ray group records them, local mode has one process
     return {
-        "state": _plain(json.loads(state.model_dump_json())) | {"name": None},
+        "state": plain,
         "history": _plain(storage.read_metrics()),
         "files": files,
     }

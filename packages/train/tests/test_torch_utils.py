@@ -50,4 +50,4 @@ def test_outside_a_run_everything_is_single_process() -> None:
     assert loader.batch_size == 4
     assert [len(b[0]) for b in loader] == [4, 2]
     with pytest.raises(ValueError, match="parallel_strategy"):
-        prepare_model(model, parallel_strategy="fsdp")
+        prepare_model(model, parallel_strategy="deepspeed")

@@ -97,8 +97,13 @@ class PeerRecovery(Component):
 
     def launched(self, fn: Any, args: tuple[Any, ...], hooks: WorkerHooks | None) -> None:
         """The attempt's launch: what a replacement runs (the same function and args,
-        with ``hooks.for_replacement()``)."""
-        self._launch = (fn, (*args, hooks.for_replacement() if hooks is not None else None))
+        with ``hooks.for_replacement()``). Kept only when peer recovery is on: the hooks
+        hold the attempt's dataset shards (Ray Data's coordinators live while they do)."""
+        if self.enabled:
+            self._launch = (fn, (*args, hooks.for_replacement() if hooks is not None else None))
+
+    def run_ending(self, finished: bool) -> None:
+        self._launch = self._attempt = None  # the trainer keeps its last controller
 
     def recover(
         self, failures: Sequence[WorkerFailure], failures_so_far: int, core: ReplacedSink
