@@ -27,8 +27,17 @@ from lumos.train.torch import TorchConfig, TorchTrainer
 @pytest.fixture
 def spare_node(cluster: Any) -> Iterator[None]:
     cloudpickle.register_pickle_by_value(hang_fns)
+    import time
+
+    import ray
+
     node = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    # this node only: Cluster.wait_for_nodes() also waits for any node an earlier test of
+    # the session removed by force, and times out
+    deadline = time.monotonic() + 60.0
+    while not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, f"node {node.node_id} did not join in 60 s"
+        time.sleep(0.2)
     yield
     cluster.remove_node(node)
 
