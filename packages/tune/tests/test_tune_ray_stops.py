@@ -103,12 +103,20 @@ def test_a_pruned_trials_last_result_is_the_one_the_pruner_judged(
 
 
 def test_time_budget_records_nothing_after_the_stop(ray_cluster: Any, tmp_path: Any) -> None:
-    grid = _fit(tmp_path, "budget", num_samples=2, tc={"time_budget_s": 3})
+    # On a loaded machine a trial's worker may start after the budget ran out: like
+    # Ray's, that trial ends with no result at all. Every trial that reported keeps
+    # exactly the rows up to its last result, none after it.
+    grid = _fit(tmp_path, "budget", num_samples=2, tc={"time_budget_s": 5})
+    reported = [r for r in grid if "training_iteration" in r.metrics]
+    assert reported, [r.metrics for r in grid]
     for result in grid:
         frame = result.metrics_dataframe
+        if "training_iteration" not in result.metrics:
+            assert len(frame) == 0, frame
+            continue
         last = int(result.metrics["training_iteration"])
-        assert last > 1
         assert list(frame["training_iteration"]) == list(range(1, last + 1))
+        assert result.metrics["mean_accuracy"] == pytest.approx(last / 10)
 
 
 def flaky(config: dict[str, Any]) -> None:
