@@ -39,9 +39,9 @@ def rewrite(source: str) -> str:
     return re.sub(r"^from ray\.tune", "from lumos.tune", source, flags=re.M)
 
 
-# Scripts beyond the list above (lumos migrate rewrites them: other imports than
-# ``ray.tune`` alone): Optuna single and multi-objective, HyperBand over a class that
-# shares its sweep name with hyperband_function_example.
+# Scripts beyond the list above (their imports name more than ``ray.tune``: Optuna,
+# ``ray.tune.utils.mock_trainable``): Optuna single and multi-objective, HyperBand over a
+# class that shares its sweep name with hyperband_function_example.
 MORE_SCRIPTS = ["optuna_example", "optuna_multiobjective_example", "hyperband_example"]
 
 # As a user runs them: one after the other, one HOME, the default storage. Four of them
@@ -67,8 +67,7 @@ def test_ray_example_runs_migrated_in_one_shared_home(name: str, home: Path) -> 
     source = (EXAMPLES / f"{name}.py").read_text()
     migrated = migrate_source(source)
     assert not migrated.warnings, migrated.warnings
-    if name in SCRIPTS:  # only their imports change
-        assert migrated.code == rewrite(source)
+    assert migrated.code == rewrite(source)  # only their imports change
     script = home / f"{name}.py"
     script.write_text(migrated.code)
     # Its own cluster: a bare ray.init() would join any cluster running on the machine

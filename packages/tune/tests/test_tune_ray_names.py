@@ -10,9 +10,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -224,23 +222,13 @@ def test_my_trainable_class_runs_in_a_tuner_and_recovers_from_its_mock_error(
     assert grid.get_best_result().config["width"] == 10
 
 
-def test_rays_hyperband_example_runs_with_only_its_imports_changed(tmp_path: Any) -> None:
+def test_rays_hyperband_example_needs_only_its_imports_changed() -> None:
+    # test_tune_ray_examples.py runs the rewritten script under lumos.
     source = (RAY / "tune" / "examples" / "hyperband_example.py").read_text()
-    script = tmp_path / "hyperband_example.py"
-    script.write_text(rewrite(source))
-    assert "from lumos.tune.utils.mock_trainable import MyTrainableClass" in script.read_text()
-    env = dict(os.environ, RAY_ADDRESS="local", HOME=str(tmp_path), RAY_USAGE_STATS_ENABLED="0")
-    run = subprocess.run(
-        [sys.executable, str(script), "--smoke-test"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "Best hyperparameters" in run.stdout
-    assert (tmp_path / "lumos_results" / "hyperband_test").is_dir()  # lumos ran it
+    rewritten = rewrite(source)
+    assert "from lumos.tune.utils.mock_trainable import MyTrainableClass" in rewritten
+    assert "ray.tune" not in rewritten
+    compile(rewritten, "hyperband_example.py", "exec")
 
 
 # -- Result.filesystem / get_best_checkpoint -----------------------------------------------
