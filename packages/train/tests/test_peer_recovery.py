@@ -7,7 +7,6 @@ real torchft replicas (gloo) on the session's Ray cluster and SIGKILL one of the
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -331,12 +330,6 @@ def _events(log: dict[int, list[dict[str, Any]]], rank: int, kind: str) -> list[
     return [e for e in log[rank] if e["event"] == kind]
 
 
-@pytest.mark.skipif(
-    not os.environ.get("LUMOS_TORCHFT_RAY_TEST"),
-    reason="known race (issue 27, open): at the run's end a replica's torchft DDP hook can "
-    "raise 'Future' object has no attribute '_fut' while the others shut their managers "
-    "down; LUMOS_TORCHFT_RAY_TEST=1 runs it",
-)
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_sigkilled_replica_is_replaced_while_the_others_keep_training(tmp_path: Path) -> None:
     pytest.importorskip("torchft")
@@ -351,7 +344,8 @@ def test_a_sigkilled_replica_is_replaced_while_the_others_keep_training(tmp_path
     recovered = [e for e in _events(log, 1, "recovered") if e["t"] > kill["t"]]
     assert len(recovered) == 1
     joined = recovered[0]["step"]
-    assert joined > kill["step"]
+    # the standby can join before the survivors commit a step without rank 1
+    assert joined >= kill["step"]
     assert recovered[0]["position"] == joined
     # (the killed rank committed the steps before kill["step"] with the others)
     after = [e for e in _events(log, 0, "step") if e["step"] >= kill["step"] and e["ok"]]

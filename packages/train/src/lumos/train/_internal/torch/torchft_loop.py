@@ -229,7 +229,7 @@ def prepare_torchft(
         torchft, session, lighthouse, min_replica_size, model, optimizer, extra, training
     )
     training.manager = manager
-    training.model = torchft.DistributedDataParallel(manager, model)
+    training.model = _distributed_data_parallel(torchft, manager, model)
     training.optimizer = FaultTolerantOptimizer(
         torchft.Optimizer(manager, optimizer), manager, training
     )
@@ -288,3 +288,40 @@ def _manager(
     )
     manager._lumos_store = store  # the store lives as long as the manager
     return manager
+
+
+def comm_hook(state: Any, bucket: Any) -> Any:
+    """torchft's DDP gradient hook, also for a step in which the manager has errored.
+
+    torchft 0.2's own hook returns ``work.get_future()._fut``. Once a collective of the
+    step has failed (a peer left mid-step; at the end of a run, the first replica to
+    finish shuts its manager down), ``Manager.allreduce`` returns a ``_DummyWork``
+    whose future is a plain, completed one, and that hook raised ``AttributeError:
+    'Future' object has no attribute '_fut'``, failing the rank. Such a step never
+    commits (``should_commit`` says no and the step is repeated), so the bucket it
+    returns is never applied: return the plain future.
+    """
+    work = state.allreduce(bucket.buffer())
+    work.wait()
+    future = work.get_future()
+    managed = getattr(future, "_fut", None)
+    return managed if managed is not None else future
+
+
+def _distributed_data_parallel(torchft: Any, manager: Any, model: torch.nn.Module) -> Any:
+    """torchft's ``DistributedDataParallel`` with :func:`comm_hook` as its gradient hook."""
+    import torch
+    import torch.distributed as dist
+
+    # DDP checks a hook's annotations against the real types; this module's are strings
+    # (``from __future__ import annotations``)
+    comm_hook.__annotations__ = {
+        "state": object,
+        "bucket": dist.GradBucket,  # type: ignore[attr-defined]
+        "return": torch.futures.Future[torch.Tensor],
+    }
+
+    class DistributedDataParallel(torchft.DistributedDataParallel):  # type: ignore[misc]
+        _comm_hook = staticmethod(comm_hook)
+
+    return DistributedDataParallel(manager, model)
