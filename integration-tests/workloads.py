@@ -69,6 +69,31 @@ def report_steps(config: dict[str, Any]) -> None:
         session.stop_event.wait(step_s)
 
 
+def fsdp_steps(config: dict[str, Any]) -> None:
+    """:func:`report_steps` on a tiny model sharded by FSDP2: each step trains it and
+    reports ``config["loss"]`` with a sharded DCP checkpoint ``step=<n>``, saved
+    asynchronously (DCP's thread) and uploaded ASYNC, so a stop meets saves in flight."""
+    from lumos.runtime import worker
+    from lumos.train.torch import prepare_model, save_sharded_state
+
+    session = worker.get_session()
+    assert session is not None
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)]
+    model = prepare_model(torch.nn.Sequential(*layers), parallel_strategy="fsdp")
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(1, int(config["max_steps"]) + 1):
+        model(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        ckpt = save_sharded_state(tempfile.mkdtemp(), model, opt, extra_state={"step": step},
+                                  async_save=True, async_checkpointer_type="thread")  # fmt: skip
+        train.report({"loss": float(config["loss"]), "step": step}, checkpoint=ckpt,
+                     checkpoint_dir_name=f"step={step}",
+                     checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)  # fmt: skip
+        session.stop_event.wait(float(config.get("step_s", 0.05)))
+
+
 def steps_with_checkpoints(config: dict[str, Any]) -> None:
     """``config["steps"]`` steps, a committed checkpoint ``step=<n>`` after each.
 

@@ -163,6 +163,8 @@ def fsdp_run(config: dict[str, Any]) -> None:
     it bit for bit against the full state rank 0 kept at that save (``refs/<step>.pt``);
     rank 0 appends ``world resumed_step`` to ``log``. ``kill_at``: rank 1 SIGKILLs itself
     right after that step's ASYNC report returned (its shards still being written), once.
+    ``nan_at``: every report carries a ``loss`` (the step), NaN at that step unless the
+    function resumed from a checkpoint (a health check's rollback restarts it).
     """
     import json
     import signal
@@ -203,7 +205,11 @@ def fsdp_run(config: dict[str, Any]) -> None:
             torch.save(full, os.path.join(config["refs"], f"{step}.pt"))
         ckpt = save_sharded_state(tempfile.mkdtemp(), model, opt, extra_state={"step": step},
                                   async_save=bool(kind), async_checkpointer_type=kind or "process")  # fmt: skip
-        train.report({"step": step, "world": world}, checkpoint=ckpt,
+        metrics: dict[str, Any] = {"step": step, "world": world}
+        if "nan_at" in config:  # the first attempt reports a NaN loss at that step
+            bad = step == config["nan_at"] and resumed is None
+            metrics["loss"] = float("nan") if bad else float(step)
+        train.report(metrics, checkpoint=ckpt,
                      checkpoint_dir_name=f"step={step}", checkpoint_upload_mode=mode)  # fmt: skip
         marker = os.path.join(config["refs"], "killed")
         if step == config.get("kill_at") and rank == 1 and not os.path.exists(marker):

@@ -1,5 +1,6 @@
 """FSDP2 + DCP sharded checkpoints on real Ray and torch (gloo): 4-rank and 2-rank runs,
-resuming 4 -> 2 and 2 -> 4 bit for bit, async saves, a worker SIGKILLed mid-save."""
+resuming 4 -> 2 and 2 -> 4 bit for bit, async saves, a worker SIGKILLed mid-save, a
+health check's rollback to the DCP checkpoint before a NaN loss."""
 
 from __future__ import annotations
 
@@ -33,11 +34,12 @@ def _fit(
     refs.mkdir(exist_ok=True)
     loop = {"refs": str(refs), "log": str(tmp_path / "log.jsonl"), "steps": steps, **config}
     failure = train.FailureConfig(max_failures=1)
+    checks = [train.NonFiniteMetric("loss")] if "nan_at" in config else []
     return TorchTrainer(
         fsdp_fns.fsdp_run,
         train_loop_config=loop,
         scaling_config=train.ScalingConfig(num_workers=workers),
-        run_config=run_config(tmp_path, name, failure_config=failure),
+        run_config=run_config(tmp_path, name, failure_config=failure, health_checks=checks),
         resume_from_checkpoint=None if resume is None else resume.checkpoint,
     ).fit()
 
@@ -87,3 +89,24 @@ def test_a_rank_killed_during_an_async_save_resumes_from_the_previous_one_then_o
         {"world": 4, "resumed_step": 2},
     ]
     assert result.metrics == {"step": 3, "world": 4}
+
+
+def test_a_health_rollback_restores_the_dcp_checkpoint_before_a_nan_loss(tmp_path: Path) -> None:
+    result = _fit(tmp_path, "nan", 2, 4, nan_at=2, **{"async": "thread"})
+    # report #2 said loss=nan: the run went back to step=1's shards (compared bit for bit
+    # with the full state rank 0 kept at that save) on the same workers, and finished
+    assert _log(tmp_path) == [
+        {"world": 2, "resumed_step": None},
+        {"world": 2, "resumed_step": 1},
+    ]
+    assert result.metrics == {"step": 3, "world": 2, "loss": 3.0}
+    assert [row["step"] for row in result.metrics_history] == [0, 1, 2, 3]
+    state = RunStorage(str(tmp_path), "nan").load_state()
+    assert state is not None
+    assert [a.status for a in state.attempts] == ["rolled_back", "finished"]
+    # the NaN report's checkpoint never committed: step=2 is the second attempt's
+    assert [(r.dir_name, r.metrics["loss"]) for r in state.checkpoints] == [
+        (f"step={i}", float(i)) for i in range(4)
+    ]
+    files = sorted(p.name for p in (tmp_path / "nan" / "step=3").iterdir())
+    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "lumos_extra_state.pt"]
