@@ -335,3 +335,18 @@ def test_stacks_endpoint_reads_only_a_hangs_rank_files(port: int, query: str, co
 def test_stacks_of_a_path_outside_the_root_are_refused(port: int) -> None:
     status, _, _ = request(port, "/api/stacks?path=..%2Fx&attempt=0&rank=0")
     assert status == 403
+
+
+def test_a_restore_removes_an_index_record_a_killed_driver_left_half_written(
+    tmp_path: Path,
+) -> None:
+    # the soak's driver_kill_in_final_write: SIGKILL after the state write, in the record's
+    storage = RunStorage(str(tmp_path), "run-1")
+    storage.save_state(RunState(name="run-1", status="finished"))
+    folder = tmp_path / "_lumos" / "index" / "run-1"
+    leftover = folder / ".00000000000000000001-abc.json.tmp-0123456789abcdef"
+    leftover.write_bytes(b'{"v": 1, "na')
+    RunStorage(str(tmp_path), "run-1").delete_uncommitted()
+    assert not leftover.exists()
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
+    assert len(list(folder.iterdir())) == 1  # the record itself is kept
