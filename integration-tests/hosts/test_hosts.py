@@ -321,7 +321,9 @@ def test_sweep_across_hosts_prunes_and_resumes_after_driver_sigkill_from_another
         last_before = max(r["step"] for r in before if r["x"] == x)
         assert resumed, (x, after)
         assert resumed[0]["resumed_from"] >= 1, resumed[0]  # from its own checkpoint
-        assert resumed[0]["resumed_from"] <= last_before
+        # a row is written after report() returned: the driver may die between the
+        # commit of step N and rank 0's row for it, so the run resumes one past the rows
+        assert resumed[0]["resumed_from"] <= last_before + 1
     resumed_at = min(r["t"] for r in after)
     print(
         f"sweep: driver SIGKILL to training again on another host: {resumed_at - killed_at:.1f} s"
