@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -151,10 +152,24 @@ def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes) -> None:
         invalidate(fs, path)
 
 
+_TEMP_MARK = ".tmp-"
+
+
+def remove_temp_files(folder: str) -> None:
+    """Delete the temporary files that local atomic writes killed mid-write left under
+    the local ``folder`` (nothing when it does not exist)."""
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if name.startswith(".") and _TEMP_MARK in name:
+                tmp = os.path.join(root, name)
+                with contextlib.suppress(FileNotFoundError):
+                    call("delete", tmp, os.unlink, tmp)
+
+
 def _local_atomic_write(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}{_TEMP_MARK}{uuid.uuid4().hex}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

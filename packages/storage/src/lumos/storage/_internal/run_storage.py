@@ -326,8 +326,8 @@ class RunStorage:
             self._rm_dir(fsu.join(self.run_path, name))
         cw.abort_multipart_uploads(self.fs, self.run_path)  # cut off by a killed writer
         if fsu.is_local(self.fs):  # and the run's index record (a kill mid-write)
-            _remove_temp_files(self.state_dir)
-            _remove_temp_files(index_folder(self.storage_path, self.name))
+            fsu.remove_temp_files(self.state_dir)
+            fsu.remove_temp_files(index_folder(self.storage_path, self.name))
         return names
 
     # -- json and metrics -----------------------------------------------------
@@ -438,11 +438,3 @@ class RunStorage:
 
     def __getstate__(self) -> dict[str, Any]:  # a lease and the segment being filled stay
         return {**self.__dict__, "_lease": None, "_history": HistoryWriter(self.fs, self._metrics_dir)}  # fmt: skip
-
-
-def _remove_temp_files(folder: str) -> None:
-    """Delete the temporary files interrupted local atomic writes left under ``folder``."""
-    for root, _dirs, files in os.walk(folder):  # nothing when it does not exist
-        for tmp in [os.path.join(root, f) for f in files if f.startswith(".") and ".tmp-" in f]:
-            with contextlib.suppress(FileNotFoundError):
-                fsu.call("delete", tmp, os.unlink, tmp)

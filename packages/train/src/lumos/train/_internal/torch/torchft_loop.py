@@ -12,6 +12,7 @@ passed as ``state=`` (a loader position) and the rank's report count, so that it
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import random
 import sys
@@ -310,6 +311,12 @@ def comm_hook(state: Any, bucket: Any) -> Any:
 
 def _distributed_data_parallel(torchft: Any, manager: Any, model: torch.nn.Module) -> Any:
     """torchft's ``DistributedDataParallel`` with :func:`comm_hook` as its gradient hook."""
+    return _ddp_class(torchft)(manager, model)
+
+
+@functools.cache
+def _ddp_class(torchft: Any) -> Any:
+    """The subclass, made once per process (torchft is imported only when used)."""
     import torch
     import torch.distributed as dist
 
@@ -324,4 +331,4 @@ def _distributed_data_parallel(torchft: Any, manager: Any, model: torch.nn.Modul
     class DistributedDataParallel(torchft.DistributedDataParallel):  # type: ignore[misc]
         _comm_hook = staticmethod(comm_hook)
 
-    return DistributedDataParallel(manager, model)
+    return DistributedDataParallel
