@@ -586,5 +586,9 @@ def leaks(c: Checker) -> None:
         "cluster",
         "no leaked actors or placement groups",
         [f"actor {a.class_name} {a.state} ({a.actor_id[:8]})" for a in actors]
-        + [f"placement group {p.placement_group_id[:8]} {p.state}" for p in pgs],
+        + [
+            f"placement group {p.placement_group_id[:8]} {p.name} {p.state} "
+            f"(job {p.creator_job_id})"
+            for p in pgs
+        ],
     )

@@ -72,6 +72,11 @@ def elastic_started(started: int, most: int, min_workers: int) -> str:
     )
 
 
+def removed_groups_of_dead_jobs(removed: object) -> str:
+    """A new group's start removed placement groups Ray kept after their job ended."""
+    return f"removed placement group(s) left by ended Ray job(s): {removed}"
+
+
 def removed_leftover_groups(removed: object) -> str:
     """The pool removed placement groups left by its dead workers."""
     return f"removed placement group(s) left by dead worker(s): {removed}"

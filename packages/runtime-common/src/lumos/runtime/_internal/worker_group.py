@@ -29,7 +29,11 @@ from lumos.runtime._internal.actor_factory import (
 from lumos.runtime._internal.elastic_group import ElasticGroup
 from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError, WorkerGroupError
 from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
-from lumos.runtime._internal.pg_owner import creator_actor_id, placement_group_name
+from lumos.runtime._internal.pg_owner import (
+    creator_actor_id,
+    placement_group_name,
+    remove_groups_of_dead_jobs,
+)
 from lumos.runtime._internal.placement import (
     assign_ranks,
     avoid_nodes_selector,
@@ -87,6 +91,7 @@ class WorkerGroup(ElasticGroup):
                 everything created is released first.
         """
         ensure_ray()
+        remove_groups_of_dead_jobs()
         if spec.elastic:
             return cls._start_elastic(spec, on_waiting)
         bundles = [dict(spec.resources_per_worker) for _ in range(spec.num_workers)]

@@ -17,7 +17,11 @@ from lumos.runtime._internal.closing import ShutsDownOnExit
 from lumos.runtime._internal.errors import LumosRuntimeError, RuntimeConfigError
 from lumos.runtime._internal.events import Event, FinishedEvent, ReportEvent, WorkerDiedEvent
 from lumos.runtime._internal.multiplexer import EventMultiplexer, describe_actor_error
-from lumos.runtime._internal.pg_owner import actor_id_of, remove_placement_groups_of
+from lumos.runtime._internal.pg_owner import (
+    actor_id_of,
+    remove_groups_of_dead_jobs,
+    remove_placement_groups_of,
+)
 from lumos.runtime._internal.placement import actor_options
 from lumos.runtime._internal.ray_init import ensure_ray
 from lumos.runtime._internal.spec import validate_env_vars, validate_resources
@@ -275,6 +279,7 @@ class WorkerPool(ShutsDownOnExit):
             # once the actors are dead, including workers that ended earlier.
             _wait_until_dead([a for a in ids if a], _SHUTDOWN_DEATH_WAIT_S)
             remove_placement_groups_of([*ids, *self._ended])
+            remove_groups_of_dead_jobs()  # what killed drivers' actors left (pg_owner)
             self._ended.clear()
             self._workers.clear()
             self._mux.clear()
