@@ -132,3 +132,24 @@ def hf_outside_group(config: dict[str, Any]) -> None:
         output_dir=os.path.join(config["out"], "hf"), use_cpu=True, report_to="none"
     )
     prepare_trainer(transformers.Trainer(model=tiny_model(), args=args))
+
+
+def hf_fsdp_on_cpu(config: dict[str, Any]) -> None:
+    """A Trainer asked for FSDP on CPU workers: prepare_trainer must say it would not shard."""
+    import transformers
+
+    from lumos.train.huggingface.transformers import prepare_trainer
+
+    args = transformers.TrainingArguments(
+        output_dir=os.path.join(config["out"], "hf"),
+        use_cpu=True,
+        report_to="none",
+        fsdp=True,
+        fsdp_config={"version": 2},
+    )
+    trainer = transformers.Trainer(model=tiny_model(), args=args)
+    with open(
+        os.path.join(config["out"], f"plugin-{train.get_context().get_world_rank()}"), "w"
+    ) as f:
+        f.write(repr(getattr(trainer.accelerator.state, "fsdp_plugin", None)))
+    prepare_trainer(trainer)

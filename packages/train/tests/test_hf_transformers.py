@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import hf_fns
 import pytest
@@ -99,20 +100,35 @@ def test_worker_sigkill_resumes_from_the_checkpoints_global_step(tmp_path: Path)
     assert steps[-4:] == [4, 5, 6, 6]
 
 
-def test_training_arguments_outside_the_process_group_are_refused(tmp_path: Path) -> None:
+def _fit_fails(tmp_path: Path, fn: Any, name: str) -> tuple[train.TrainingFailedError, Path]:
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(train.TrainingFailedError) as info:
         TorchTrainer(
-            hf_fns.hf_outside_group,
+            fn,
             train_loop_config={"out": str(out)},
             scaling_config=train.ScalingConfig(num_workers=2),
-            run_config=run_config(tmp_path, "outside"),
+            run_config=run_config(tmp_path, name),
         ).fit()
-    text = str(info.value.worker_errors[1])
+    return info.value, out
+
+
+def test_training_arguments_outside_the_process_group_are_refused(tmp_path: Path) -> None:
+    error, _ = _fit_fails(tmp_path, hf_fns.hf_outside_group, "outside")
+    text = str(error.worker_errors[1])
     assert "process 0 of 1" in text
     assert "rank 1 of 2" in text
     assert "inside the training function" in text
+
+
+def test_fsdp_asked_of_a_trainer_on_cpu_workers_is_refused_not_ignored(tmp_path: Path) -> None:
+    """accelerate applies a Trainer's FSDP only on GPU (accelerator) workers: on CPU it
+    would train unsharded with DDP, silently. prepare_trainer names the field instead."""
+    error, out = _fit_fails(tmp_path, hf_fns.hf_fsdp_on_cpu, "fsdp-cpu")
+    assert (out / "plugin-0").read_text() == "None"  # accelerate dropped the FSDP plugin
+    text = str(error.worker_errors[0])
+    assert "TrainingArguments(fsdp=True)" in text
+    assert "parallel_strategy='fsdp'" in text
 
 
 def test_prepare_trainer_refuses_what_is_not_a_trainer() -> None:

@@ -222,6 +222,24 @@ def check_process_group(args: TrainingArguments) -> None:
         )
 
 
+def check_fsdp_applies(trainer: Trainer) -> None:
+    """Raise when the Trainer's arguments ask for FSDP that accelerate will not apply.
+
+    accelerate (1.x) turns on FSDP only for GPU and other accelerator workers: on CPU
+    workers it drops the FSDP plugin and the Trainer trains unsharded with DDP.
+    """
+    asked = trainer.args.fsdp
+    if not asked or getattr(trainer.accelerator.state, "fsdp_plugin", None) is not None:
+        return
+    raise TrainConfigError(
+        f"TrainingArguments(fsdp={asked!r}): accelerate applies a Trainer's FSDP only on "
+        "GPU (or other accelerator) workers, and on these CPU workers the Trainer would "
+        "train unsharded with DDP. Allowed here: fsdp left off. To shard on CPU, use "
+        "lumos.train.torch.prepare_model(model, parallel_strategy='fsdp') in a training "
+        "loop of your own"
+    )
+
+
 class _RayDataBatches(IterableDataset[Any]):
     """A Ray Data iterable (``iter_torch_batches()``) as a torch ``IterableDataset``."""
 
@@ -250,6 +268,16 @@ def _batch_loader(batches: Any) -> DataLoader[Any]:
     return DataLoader(_RayDataBatches(batches), batch_size=1, collate_fn=_first)
 
 
+def _check_trainer(trainer: Any) -> None:
+    if not isinstance(trainer, transformers.Trainer):
+        raise TrainTypeError(
+            f"prepare_trainer(trainer={trainer!r}): expected a transformers.Trainer, got "
+            f"{type(trainer).__name__}"
+        )
+    check_process_group(trainer.args)
+    check_fsdp_applies(trainer)
+
+
 def prepare_trainer(trainer: Trainer) -> Trainer:
     """Prepare a ``transformers.Trainer`` for lumos; call it in the training function.
 
@@ -261,6 +289,8 @@ def prepare_trainer(trainer: Trainer) -> Trainer:
       rank): create them inside the training function, with ``use_cpu=True`` on CPU
       workers. accelerate then uses the group lumos started (gloo on CPU, NCCL on
       GPU) instead of starting its own.
+    * Refuses ``TrainingArguments(fsdp=...)`` that accelerate would not apply (on CPU
+      workers it trains unsharded with DDP instead).
 
     Args:
         trainer: a ``transformers.Trainer`` (or a subclass).
@@ -270,18 +300,13 @@ def prepare_trainer(trainer: Trainer) -> Trainer:
 
     Raises:
         TrainTypeError: ``trainer`` is not a ``transformers.Trainer``.
-        TrainConfigError: the Trainer's ranks are not this run's.
+        TrainConfigError: the Trainer's ranks are not this run's, or FSDP on CPU.
 
     Example:
         >>> trainer = prepare_trainer(transformers.Trainer(model, args,  # doctest: +SKIP
         ...     train_dataset=ds, callbacks=[ReportCallback()]))
     """
-    if not isinstance(trainer, transformers.Trainer):
-        raise TrainTypeError(
-            f"prepare_trainer(trainer={trainer!r}): expected a transformers.Trainer, got "
-            f"{type(trainer).__name__}"
-        )
-    check_process_group(trainer.args)
+    _check_trainer(trainer)
     base: type[Any] = type(trainer)
     if getattr(base, "_lumos_prepared", False):
         return trainer
