@@ -38,10 +38,16 @@ rank).
 
 Goals (issue 26): lumos >= 0.9 goodput with a fault every 60 s; >= 2x Ray's.
 
+``--torchft`` also runs the job with ``TorchftConfig`` (per-step fault tolerance, each
+rank a torchft replica) on the same faults first, and prints it beside lumos without it
+(``goodput_torchft.py``: the loop, and what counts there: committed steps, and each step
+weighted by the replicas that made it).
+
 Run (do NOT set ``RAY_ADDRESS=local``: it starts its own clusters):
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 GLOO_SOCKET_IFNAME=lo RAY_USAGE_STATS_ENABLED=0
 RAY_TRAIN_V2_ENABLED=1 python benchmarks/bench_goodput.py [--minutes 10] [--every-s 60]
-[--quick] [--skip-ray] [--seed 0]``. The default takes > 20 minutes (both systems).
+[--quick] [--skip-ray] [--torchft] [--seed 0]``. The default takes > 20 minutes (both
+systems).
 """
 
 from __future__ import annotations
@@ -76,6 +82,12 @@ import ray
 
 from lumos.runtime.testing import simulated_cluster
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import goodput_torchft  # beside this file; shipped to workers by value
+from ray import cloudpickle
+
+cloudpickle.register_pickle_by_value(goodput_torchft)
+
 KINDS = ("kill", "node", "preempt", "stuck")
 WORKERS = 2
 NODES = (1, 1, 1)
@@ -87,20 +99,6 @@ WAIT_S = 600.0  # longest wait for a recovery before the next fault is injected 
 # ----------------------------------------------------------------------------------
 # the training function (shipped by value: this file is __main__)
 # ----------------------------------------------------------------------------------
-def _maybe_stall(cfg: dict[str, Any], where: str, mark: Any) -> None:
-    path = os.path.join(cfg["marks"], f"stall-{os.getpid()}.json")
-    try:
-        with open(path) as f:
-            ask = json.load(f)
-    except (OSError, ValueError):
-        return
-    if ask["where"] != where:
-        return
-    os.remove(path)
-    mark("stall", where=where)
-    time.sleep(10**6)
-
-
 def _load(t: Any, model: Any, opt: Any) -> int:
     import torch
 
@@ -145,22 +143,13 @@ def loop(cfg: dict[str, Any]) -> None:
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step = _load(t, model, opt)
-    token = uuid.uuid4().hex[:8]
-    out = open(os.path.join(cfg["marks"], f"{rank}-{token}.jsonl"), "a", buffering=1)
-
-    def mark(ev: str, **kw: Any) -> None:
-        out.write(
-            json.dumps({"ev": ev, "t": time.time(), "rank": rank, "token": token, **kw}) + "\n"
-        )
-
-    node = ray.get_runtime_context().get_node_id()
-    mark("start", step=step, node=node, pid=os.getpid(), entered=entered)
+    mark, out = goodput_torchft.start_marks(cfg, rank, step, entered)
     noticed = False
     while True:
         t0 = time.monotonic()
         gen = torch.Generator().manual_seed(step * WORKERS + rank)
         x = torch.randn(32, 16, generator=gen)
-        _maybe_stall(cfg, "before", mark)
+        goodput_torchft.maybe_stall(cfg, "before", mark)
         try:
             loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
             opt.zero_grad()
@@ -171,7 +160,7 @@ def loop(cfg: dict[str, Any]) -> None:
         except Exception as exc:
             mark("coll_error", error=f"{type(exc).__name__}: {str(exc)[:120]}")
             raise
-        _maybe_stall(cfg, "after", mark)
+        goodput_torchft.maybe_stall(cfg, "after", mark)
         last = bool(stop.item())
         mark("step", step=step)
         jit = False
@@ -243,7 +232,7 @@ class Fit:
         self.error: BaseException | None = None
         self.result: Any = None
         self.started = self.ended = 0.0
-        make = _lumos_trainer if cfg["api"] == "lumos" else _ray_trainer
+        make = _ray_trainer if cfg["api"] == "ray" else _lumos_trainer
         self.trainer = make(cfg, storage, args)
         self.thread = threading.Thread(target=self._fit, daemon=True)
         self.started = time.time()
@@ -262,13 +251,19 @@ class Fit:
 
 def _lumos_trainer(cfg: dict[str, Any], storage: str, args: argparse.Namespace) -> Any:
     from lumos import train
-    from lumos.train.torch import TorchConfig, TorchTrainer
+    from lumos.train.torch import TorchConfig, TorchftConfig, TorchTrainer
 
     failure = train.FailureConfig(max_failures=-1, hang_timeout_s=args.hang_timeout_s)
+    ft = cfg["api"] == "lumos-ft"
+    torch_config = (
+        TorchftConfig(timeout_s=args.collective_timeout_s)
+        if ft
+        else TorchConfig(backend="gloo", timeout_s=args.collective_timeout_s)
+    )
     return TorchTrainer(
-        loop,
+        goodput_torchft.ft_loop if ft else loop,
         train_loop_config=cfg,
-        torch_config=TorchConfig(backend="gloo", timeout_s=args.collective_timeout_s),
+        torch_config=torch_config,
         scaling_config=train.ScalingConfig(num_workers=WORKERS),
         run_config=train.RunConfig(
             name=f"lumos-{uuid.uuid4().hex[:6]}",
@@ -439,12 +434,16 @@ def drive(api: str, faults: list[Fault], args: argparse.Namespace) -> dict[str, 
             injected.append(done)
             print(f"    {api} fault {i}: {fault.kind} rank {fault.rank} ({done.detail}) "
                   f"at +{done.t - run.started:.0f} s", flush=True)  # fmt: skip
-            back = _wait(run, marks, lambda rs: _recovered(rs, done), WAIT_S)
+            if api == "lumos-ft":
+                back = _wait(run, marks, lambda rs: goodput_torchft.recovered(
+                    rs, done.fault.rank, done.t), WAIT_S)  # fmt: skip
+            else:
+                back = _wait(run, marks, lambda rs: _recovered(rs, done), WAIT_S)
             previous, resumed = done.t, back or time.time()
         while time.time() < previous + args.every_s and run.alive():
             time.sleep(0.05)
-        with open(cfg["until"], "w"):
-            pass
+        with open(cfg["until"], "w") as f:  # (the DDP loop only looks for the file)
+            f.write(str(goodput_torchft.stop_step(_records(marks))))
         run.thread.join(WAIT_S)
     return {"api": api, "run": run, "rows": _records(marks), "injected": injected,
             "storage": storage}  # fmt: skip
@@ -594,6 +593,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one fault of each kind, short")
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--skip-lumos", action="store_true", help="Ray only (no ratios)")
+    parser.add_argument("--torchft", action="store_true",
+                        help="also lumos with TorchftConfig (per-step fault tolerance)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="lumos's console lines")
     parser.add_argument("--kinds", default=",".join(KINDS))
     args = parser.parse_args()
@@ -614,10 +615,21 @@ def main() -> int:
           f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     apis = [a for a in ("lumos", "ray") if not getattr(args, f"skip_{a}")]
     figures: dict[str, dict[str, float]] = {}
+    if args.torchft:
+        print("=== lumos-ft ===", flush=True)
+        system = drive("lumos-ft", faults, args)
+        run = system["run"]
+        a = goodput_torchft.analyse(system["rows"], system["injected"], (run.started, run.ended),
+                                    final_step("lumos", run.result), args.step_s)  # fmt: skip
+        figures["lumos-ft"] = goodput_torchft.report(a, args.step_s, kinds)
     for api in apis:
         print(f"=== {api} ===", flush=True)
         system = drive(api, faults, args)
         figures[api] = report(api, analyse(system, args.step_s), args.step_s)
+    if "lumos-ft" in figures and "lumos" in figures:
+        for kind, g in figures["lumos-ft"].items():
+            base = figures["lumos"].get(kind, 0.0)
+            print(f"    lumos with / without TorchftConfig {kind:18s}: {g:.3f} / {base:.3f}")
     lumos = figures["lumos"]["total"] if "lumos" in figures else float("nan")
     print(f"\nlumos goodput {lumos:.3f} (goal >= 0.9): {'OK' if lumos >= 0.9 else 'MISSED'}")
     if "ray" in figures and "lumos" in figures:

@@ -15,7 +15,10 @@ from lumos import train
 from lumos.storage import RunStorage
 from lumos.train.torch import TorchTrainer
 
-pytestmark = pytest.mark.usefixtures("no_leaks")
+# Up to 4 FSDP ranks (each a process importing torch) on this 2-core machine, two fits a
+# test: ~45 s alone, more than the 300 s default once the machine is loaded (a soak beside
+# the suite took the kill-then-resume-on-4 test past it). A hang still fails at 600 s.
+pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(600)]
 
 
 @pytest.fixture(autouse=True)

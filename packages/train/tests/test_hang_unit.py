@@ -59,6 +59,20 @@ def test_a_checkpoint_download_on_resume_is_an_expected_wait() -> None:
     assert pos.where == "/home/me/train.py:42 in train_func"
 
 
+def test_a_replacement_joining_torchfts_quorum_is_an_expected_wait() -> None:
+    # bench_goodput --torchft on a loaded machine: the replacement of a SIGKILLed rank
+    # sat > hang_timeout_s in torchft's quorum while it took its peer's state, and the
+    # watchdog restarted every rank; torchft's own timeout bounds the wait
+    quorum = [
+        ("/site/torchft/optim.py", 50, "zero_grad"),
+        ("/site/torchft/manager.py", 627, "wait_quorum"),
+        ("/usr/lib/python3.11/concurrent/futures/_base.py", 451, "result"),
+    ]
+    pos = classify([SESSION, USER, *quorum], (*LIB, "/site/torchft/", "/usr/lib/python3.11/"))
+    assert pos.exempt == "in torchft (a quorum, a peer's state or a collective)"
+    assert pos.where == "/home/me/train.py:42 in train_func"
+
+
 def test_sample_sees_a_thread_move_and_stop() -> None:
     go, stop = threading.Event(), threading.Event()
     reports = [0]

@@ -155,19 +155,28 @@ class _PeerTrainer(train.DataParallelTrainer):
         return _PeerBackend()
 
 
-def test_a_killed_rank_is_relaunched_alone_while_the_others_go_on(tmp_path: Path) -> None:
+def _fake_fit(
+    tmp_path: Path, fn: Any, n: int, kill: tuple[int, int], workers: int, **run: Any
+) -> tuple[Any, Any, Any]:
+    """``fn`` on a fake cluster with peer recovery; rank ``kill[1]`` dies after
+    ``kill[0]`` reports in all."""
     from lumos.runtime.testing import FakeCluster
 
-    STARTS.clear()
-    cluster = FakeCluster([lambda g: g.after_reports(6, lambda g: g.kill_worker(1))])
+    after, rank = kill
+    cluster = FakeCluster([lambda g: g.after_reports(after, lambda g: g.kill_worker(rank))])
     trainer = _PeerTrainer(
-        _stepping,
-        train_loop_config={"n": 40},
-        scaling_config=train.ScalingConfig(num_workers=3),
-        run_config=run_config(tmp_path, "fake-peer", failure_config=FAILURES),
+        fn,
+        train_loop_config={"n": n},
+        scaling_config=train.ScalingConfig(num_workers=workers),
+        run_config=run_config(tmp_path, "fake-peer", failure_config=FAILURES, **run),
         _group_factory=cluster.start,
     )
-    result = trainer.fit()
+    return trainer.fit(), trainer, cluster
+
+
+def test_a_killed_rank_is_relaunched_alone_while_the_others_go_on(tmp_path: Path) -> None:
+    STARTS.clear()
+    result, trainer, cluster = _fake_fit(tmp_path, _stepping, 40, (6, 1), 3)
     assert sorted(STARTS) == [0, 1, 1, 2]  # rank 1 twice, the others once
     assert cluster.groups[0].replaced == [[1]]
     assert len(cluster.groups) == 1  # no new group
@@ -176,19 +185,54 @@ def test_a_killed_rank_is_relaunched_alone_while_the_others_go_on(tmp_path: Path
     assert result.metrics["step"] == 39
 
 
-def test_without_a_live_peer_the_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
-    from lumos.runtime.testing import FakeCluster
+SEEN: list[tuple[int, str | None, bool]] = []
 
-    STARTS.clear()
-    cluster = FakeCluster([lambda g: g.after_reports(4, lambda g: g.kill_worker(0))])
-    trainer = _PeerTrainer(
-        _stepping,
-        train_loop_config={"n": 10},
-        scaling_config=train.ScalingConfig(num_workers=1),
-        run_config=run_config(tmp_path, "fake-alone", failure_config=FAILURES),
-        _group_factory=cluster.start,
+
+def _checkpointing(config: dict[str, Any]) -> None:
+    import os
+    import tempfile
+    import time
+
+    rank = train.get_context().get_world_rank()
+    ckpt = train.get_checkpoint()
+    name = None if ckpt is None else ckpt.path.rstrip("/").rsplit("/", 1)[-1]
+    there = ckpt is not None and os.path.isfile(os.path.join(ckpt.path, "step.txt"))
+    SEEN.append((rank, name, there))
+    for step in range(config["n"]):
+        if rank != 0:  # (rank 0 checkpoints, as with torchft: every replica has the state)
+            train.report({"step": step})
+            time.sleep(0.002)
+            continue
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "step.txt"), "w") as f:
+            f.write(str(step))
+        checkpoint = train.Checkpoint.from_directory(d)
+        train.report({"step": step}, checkpoint=checkpoint, checkpoint_dir_name=f"step={step}")
+        time.sleep(0.002)
+
+
+def test_a_replacement_gets_the_latest_committed_checkpoint(tmp_path: Path) -> None:
+    """Not the one its attempt started from (none here): with num_to_keep=1 that one
+    is deleted as soon as the next commits, and a replacement that loads it fails again."""
+    SEEN.clear()
+    keep_one = train.CheckpointConfig(num_to_keep=1)
+    result, _, cluster = _fake_fit(
+        tmp_path, _checkpointing, 20, (18, 1), 3, checkpoint_config=keep_one
     )
-    trainer.fit()
+    assert cluster.groups[0].replaced == [[1]]
+    assert sorted(r for r, _, _ in SEEN) == [0, 1, 1, 2]
+    first = [s for s in SEEN if s[1] is None]
+    assert len(first) == 3  # the attempt started without a checkpoint
+    (again,) = [s for s in SEEN if s[1] is not None]
+    assert again[0] == 1
+    assert again[2], f"the replacement got {again[1]}, which is gone"
+    assert again[1].startswith("step=")  # committed before the kill
+    assert result.metrics["step"] == 19
+
+
+def test_without_a_live_peer_the_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
+    STARTS.clear()
+    _, trainer, _ = _fake_fit(tmp_path, _stepping, 10, (4, 0), 1)
     assert trainer._last_controller is not None
     assert "restarting" in [s.name for s in trainer._last_controller.history]
 

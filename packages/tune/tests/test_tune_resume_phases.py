@@ -40,6 +40,7 @@ DRIVER = textwrap.dedent(
                 tune.report({"loss": config["x"] * step, "step": step},
                             checkpoint=tune.Checkpoint.from_directory(d))
             if hold == "running" and config["x"] == 3 and step == 2:
+                open(gate + ".holding", "w").close()  # step 2's report returned
                 while os.path.exists(gate):
                     time.sleep(0.05)
 
@@ -113,7 +114,10 @@ def test_a_resumed_sweep_returns_the_uninterrupted_result_grid(
                 assert proc.poll() is None, "the driver ended before the phase"
                 assert time.monotonic() < deadline, f"the sweep never reached {phase}"
                 ended = _ended_trials(str(journal)) if journal.exists() else set()
-                if phase == "running" and len(ended) == 3:
+                # the other trials ended and the held one's report of step 2 returned
+                # (on a loaded machine the held trial may start after the others end)
+                holding = Path(f"{gate}.holding").exists()
+                if phase == "running" and len(ended) == 3 and holding:
                     break
                 if phase == "ended" and Path(f"{gate}.held").exists():
                     break

@@ -50,7 +50,12 @@ _EXEMPT_FILES = (
 )
 # Folders whose every call ends by itself (the storage retry policy bounds each one):
 # a checkpoint download in ``Checkpoint.as_directory()`` on resume, a storage read
-_EXEMPT_DIRS = (("/lumos/storage/", "in lumos.storage (a checkpoint download or storage call)"),)
+# torchft (TorchftConfig): a replacement joining the quorum and taking its peer's state,
+# a collective of the live replicas; TorchftConfig(timeout_s) bounds each.
+_EXEMPT_DIRS = (
+    ("/lumos/storage/", "in lumos.storage (a checkpoint download or storage call)"),
+    ("/torchft/", "in torchft (a quorum, a peer's state or a collective)"),
+)
 
 _BACKWARD = "torch/autograd/graph.py"  # _engine_run_backward: loss.backward() in C++
 # Local mode under torchrun: train.report waits here for the other ranks, a collective
@@ -58,9 +63,18 @@ _EXCHANGE_FILE = "lumos/train/_internal/local_exchange.py"
 
 
 def _library_dirs() -> tuple[str, ...]:
-    """Directories whose frames are not the user's (lumos, torch, Ray, the stdlib)."""
+    """Directories whose frames are not the user's (lumos, torch, Ray, torchft, the stdlib)."""
     dirs = [os.path.dirname(os.__file__)]
-    for name in ("lumos.train", "lumos.runtime", "lumos.storage", "lumos.tune", "torch", "ray"):
+    names = (
+        "lumos.train",
+        "lumos.runtime",
+        "lumos.storage",
+        "lumos.tune",
+        "torch",
+        "ray",
+        "torchft",
+    )
+    for name in names:
         module = sys.modules.get(name)
         for path in getattr(module, "__path__", None) or ():
             dirs.append(str(path))

@@ -5,7 +5,8 @@ committed checkpoint. With a backend that sets ``peer_recovery`` (torchft), the
 controller first asks :meth:`PeerRecovery.recover`: when the failed ranks can be
 replaced and at least one rank still trains (a live peer holds the state), their
 workers are replaced (the warm standby first), the training function is launched on
-them alone with the attempt's own arguments, and the report aggregator stops waiting
+them alone with the attempt's own arguments (but the latest committed checkpoint as
+``get_checkpoint()``), and the report aggregator stops waiting
 for them until they report (``RunCore.rank_replaced``). The survivors' functions never
 stop; the replacement receives the state from a live peer at its first step
 (``torch/torchft_loop.py``). Each recovery counts as one failure against
@@ -17,15 +18,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lumos.runtime import FailureKind, FailurePolicy, WorkerFailure
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
 from lumos.train._internal.controller.group import GroupDriver
+from lumos.train._internal.controller.run_book import RunBook
 from lumos.train._internal.controller.seam import Attempt, Component, Verdict
 from lumos.train._internal.session import WorkerHooks
+from lumos.train._internal.train_context import WorkerRunArgs
 
 REPLACEABLE = frozenset({FailureKind.ACTOR_DIED, FailureKind.HUNG, FailureKind.USER_ERROR})
 """Failures a rank recovers from by replacement: its process died, hung or its function
@@ -55,9 +58,25 @@ def ranks_to_replace(
 
 
 class ReplacedSink(Protocol):
-    """What learns of a replaced rank (``RunCore.rank_replaced``)."""
+    """What learns of a replaced rank (``RunCore.rank_replaced``) and holds the run's
+    committed checkpoints (``RunCore.book``)."""
+
+    book: RunBook
 
     def rank_replaced(self, rank: int) -> Verdict | None: ...
+
+
+def replacement_args(args: WorkerRunArgs, book: RunBook) -> WorkerRunArgs:
+    """``args`` for a rank launched alone into the running attempt: its
+    ``get_checkpoint()`` is the run's latest committed checkpoint now. The one the
+    attempt started from may be gone by then (retention keeps the newest)."""
+    latest = book.latest()
+    return replace(
+        args,
+        checkpoint_dir_name=latest.dir_name if latest else None,
+        committed_names=tuple(book.state.checkpoint_names()),
+        starting_checkpoint=None if latest else args.starting_checkpoint,
+    )
 
 
 @dataclass(frozen=True)
@@ -113,7 +132,7 @@ class PeerRecovery(Component):
         Args:
             failures: The batch's failures.
             failures_so_far: Failures the run recovered from so far.
-            core: The ``RunCore`` (``rank_replaced``).
+            core: The ``RunCore`` (``book``, ``rank_replaced``).
         """
         attempt = self._attempt
         if not self.enabled or self._launch is None or attempt is None:
@@ -129,7 +148,10 @@ class PeerRecovery(Component):
         try:
             self._workers.replace_ranks(ranks)
             fn, args = self._launch
-            group.launch(fn, args=args, ranks=ranks)
+            fresh = tuple(
+                replacement_args(a, core.book) if isinstance(a, WorkerRunArgs) else a for a in args
+            )
+            group.launch(fn, args=fresh, ranks=ranks)
         except Exception as exc:
             self._console.info(messages.replace_failed_line(exc))
             return None
