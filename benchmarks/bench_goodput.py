@@ -58,7 +58,6 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import statistics
 import sys
@@ -99,33 +98,6 @@ WAIT_S = 600.0  # longest wait for a recovery before the next fault is injected 
 # ----------------------------------------------------------------------------------
 # the training function (shipped by value: this file is __main__)
 # ----------------------------------------------------------------------------------
-def _load(t: Any, model: Any, opt: Any) -> int:
-    import torch
-
-    ckpt = t.get_checkpoint()
-    if ckpt is None:
-        return 0
-    with ckpt.as_directory() as d:
-        state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    return int(state["step"]) + 1
-
-
-def _save(t: Any, cfg: dict[str, Any], step: int, model: Any, opt: Any, last: bool) -> None:
-    import torch
-
-    d = tempfile.mkdtemp(prefix="goodput-ckpt-")
-    state = {"step": step, "model": model.state_dict(), "opt": opt.state_dict()}
-    torch.save(state, os.path.join(d, "state.pt"))
-    kw: dict[str, Any] = {"checkpoint_dir_name": f"step={step:07d}"}
-    if cfg["api"] == "lumos" and not last:
-        kw["checkpoint_upload_mode"] = t.CheckpointUploadMode.ASYNC  # lumos deletes d
-    t.report({"step": step}, checkpoint=t.Checkpoint.from_directory(d), **kw)
-    if cfg["api"] == "ray" or last:
-        shutil.rmtree(d, ignore_errors=True)
-
-
 def loop(cfg: dict[str, Any]) -> None:
     """DDP steps padded to ``step_s`` until the ``until`` file exists (ranks agree)."""
     import torch
@@ -142,7 +114,7 @@ def loop(cfg: dict[str, Any]) -> None:
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    step = _load(t, model, opt)
+    step = goodput_torchft.load_state(t, model, opt)
     mark, out = goodput_torchft.start_marks(cfg, rank, step, entered)
     noticed = False
     while True:
@@ -169,7 +141,7 @@ def loop(cfg: dict[str, Any]) -> None:
             noticed = jit = True
             mark("notice", step=step)
         if last or jit or step % cfg["every"] == cfg["every"] - 1:
-            _save(t, cfg, step, model, opt, last)
+            goodput_torchft.save_state(t, cfg["api"], step, model, opt, last)
             mark("ckpt", step=step, jit=jit)
         else:
             t.report({"step": step})

@@ -1,4 +1,5 @@
-"""bench_goodput's job with per-step fault tolerance (``TorchftConfig``): loop and figures.
+"""bench_goodput's job with per-step fault tolerance (``TorchftConfig``): loop and figures,
+and the pieces both of its loops share (checkpoint save and load, stalls, the history).
 
 The same job as ``bench_goodput.loop`` (a tiny ``nn.Linear``, 2 ranks, steps sleep-padded
 to ``--step-s``, a checkpoint every ``--every`` committed steps, ASYNC), each rank one
@@ -51,20 +52,38 @@ def maybe_stall(cfg: dict[str, Any], where: str, mark: Any) -> None:
     time.sleep(10**6)
 
 
-def _save(t: Any, step: int, model: Any, opt: Any, last: bool) -> None:
+def load_state(t: Any, model: Any, opt: Any) -> int:
+    """Load the run's checkpoint into ``model`` / ``opt``; returns the step to go on from
+    (0 without one). ``t``: ``lumos.train`` or ``ray.train``."""
+    import torch
+
+    ckpt = t.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as d:
+        state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"]) + 1
+
+
+def save_state(t: Any, api: str, step: int, model: Any, opt: Any, last: bool) -> None:
+    """Report ``step`` with a checkpoint of ``model`` / ``opt``: lumos's ASYNC upload
+    (which deletes the directory) except for the last; Ray's only mode."""
+    import shutil
     import tempfile
 
     import torch
 
-    d = tempfile.mkdtemp(prefix="goodput-ft-ckpt-")
-    torch.save(
-        {"step": step, "model": model.state_dict(), "opt": opt.state_dict()},
-        os.path.join(d, "state.pt"),
-    )
+    d = tempfile.mkdtemp(prefix="goodput-ckpt-")
+    state = {"step": step, "model": model.state_dict(), "opt": opt.state_dict()}
+    torch.save(state, os.path.join(d, "state.pt"))
     kw: dict[str, Any] = {"checkpoint_dir_name": f"step={step:07d}"}
-    if not last:
+    if api == "lumos" and not last:
         kw["checkpoint_upload_mode"] = t.CheckpointUploadMode.ASYNC  # lumos deletes d
     t.report({"step": step}, checkpoint=t.Checkpoint.from_directory(d), **kw)
+    if api == "ray" or last:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def start_marks(cfg: dict[str, Any], rank: int, step: int, entered: float) -> tuple[Any, Any]:
@@ -98,13 +117,9 @@ def ft_loop(cfg: dict[str, Any]) -> None:
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     ft = prepare_torchft(model, opt)
-    ckpt = t.get_checkpoint()
-    if ckpt is not None:  # the fallback: every rank restarted from storage
-        with ckpt.as_directory() as d:
-            state = torch.load(os.path.join(d, "state.pt"), weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        ft.resume_from(int(state["step"]) + 1)
+    start = load_state(t, model, opt)
+    if start:  # the fallback: every rank restarted from storage
+        ft.resume_from(start)
     mark, out = start_marks(cfg, rank, ft.step, entered)
     while True:
         t0 = time.monotonic()
@@ -124,7 +139,7 @@ def ft_loop(cfg: dict[str, Any]) -> None:
         stop = _stop_step(cfg)
         last = stop is not None and step >= stop
         if last or step % cfg["every"] == cfg["every"] - 1:
-            _save(t, step, model, opt, last)
+            save_state(t, "lumos", step, model, opt, last)
         else:
             t.report({"step": step})
         if last:
