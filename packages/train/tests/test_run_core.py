@@ -290,6 +290,27 @@ def test_finish_records_the_attempt_and_the_run_then_run_ending(tmp_path: Path) 
     assert calls.calls[-1] == ("finish", None)
 
 
+def test_a_finished_runs_state_does_not_say_whether_validations_outlived_its_ranks(
+    tmp_path: Path,
+) -> None:
+    """The training-finished mark is for a resumed driver (only validations were left);
+    the finished run's record is the same whether the last validation ended before or
+    after the ranks did (a timing the two backends and any two runs differ in)."""
+    core, _, _ = _core(tmp_path)
+    core.start()
+    core.begin_attempt(0, 1, None)
+    _report(core, 0, "c0")
+    assert core.on_rank_ended(0, returned=True) is None
+    core.training_finished(1)  # the ranks returned with a validation still running
+    assert _stored(core).extra == {"training_finished": True}
+    core.book.mark_training_finished(False)  # a rollback: training goes on, as never marked
+    assert _stored(core).extra == {}
+    core.training_finished(1)
+    core.close(core.finish())
+    state = _stored(core)
+    assert (state.status, state.extra) == ("finished", {})
+
+
 def test_a_failed_attempt_is_recorded_and_the_components_learn_of_it(tmp_path: Path) -> None:
     core, seen, _ = _core(tmp_path)
     core.start()

@@ -320,7 +320,7 @@ class RunCore:
         metrics are the history's last row, so a resumed run returns what an
         uninterrupted one does."""
         self.end_attempt("finished", None)
-        self.book.set_status("finished")
+        self.book.finish()
         result = self.book.result()
         storage = self.run.storage
         self.console.info(

@@ -78,10 +78,20 @@ class RunBook:
         return bool(self.state.extra.get(TRAINING_FINISHED))
 
     def mark_training_finished(self, done: bool) -> None:
-        """Record that training finished (or, after a rollback, that it goes on)."""
+        """Record that training finished (or, after a rollback, that it goes on: the
+        mark goes, as it never was)."""
         if self.training_finished != done:
-            extra = {**self.state.extra, TRAINING_FINISHED: done}
-            self._save(extra=extra, updated_at=time.time())
+            self._save(extra=self._extra_marked(done), updated_at=time.time())
+
+    def finish(self) -> None:
+        """Record that the run finished. The training-finished mark (only validations
+        were left) goes with it: whether the last validations outlived the ranks is
+        timing, not part of the finished run's record."""
+        self._save(status="finished", extra=self._extra_marked(False), updated_at=time.time())
+
+    def _extra_marked(self, done: bool) -> dict[str, Any]:
+        extra = {k: v for k, v in self.state.extra.items() if k != TRAINING_FINISHED}
+        return {**extra, TRAINING_FINISHED: True} if done else extra
 
     def begin_attempt(
         self, index: int, restart: str | None = None, workers: Sequence[WorkerRecord] = ()
