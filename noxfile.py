@@ -51,6 +51,11 @@ TUNE = "./packages/tune"
 #   (and so MASTER_ADDR for torch.distributed); GLOO_SOCKET_IFNAME=lo keeps
 #   gloo's pairs on loopback too. Explicit ray.init(address=...) still works.
 TEST_ENV = {
+    # uv installs no .pyc files, and with PYTHONDONTWRITEBYTECODE set (this workplace's
+    # shells set it) every process compiled ray, torch & co. from source: 4.3 instead of
+    # 2.0 CPU-s to import ray + torch + lumos.train, in every Ray worker, driver and
+    # daemon. Empty: Python caches what it imports, once.
+    "PYTHONDONTWRITEBYTECODE": "",
     "RAY_ADDRESS": "local",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "GLOO_SOCKET_IFNAME": "lo",
