@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import signal
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -34,9 +32,10 @@ from lumos.train._internal.controller.validations import (
 )
 from lumos.train._internal.data_config import DataConfig
 from lumos.train._internal.datasets import DatasetBackend, check_data_config, check_datasets
-from lumos.train._internal.errors import DriverTerminated, TrainConfigError
+from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.result import Result, result_from_state
 from lumos.train._internal.run_claim import ClaimedRun, claim_train_run, load_or_create_state
+from lumos.train._internal.sigterm import run_stopping_on_sigterm
 from lumos.train._internal.validation import ValidationConfig
 
 
@@ -270,10 +269,7 @@ class DataParallelTrainer:
             controller = TrainController(spec)
             self._last_controller = controller
             try:
-                with _sigterm_stops_the_run():
-                    return controller.run()
-            except DriverTerminated:
-                raise SystemExit(128 + signal.SIGTERM) from None
+                return run_stopping_on_sigterm(controller.run)
             finally:
                 spec.backend.shutdown()  # drops the dataset shards (Ray Data coordinators)
 
@@ -382,23 +378,6 @@ def _renewing(lease: Lease) -> Iterator[None]:
         yield
     finally:
         lease.release()
-
-
-@contextmanager
-def _sigterm_stops_the_run() -> Iterator[None]:
-    """While the controller runs, SIGTERM stops the run the way Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise DriverTerminated("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _catch_up_parent(storage: RunStorage, state: RunState) -> None:

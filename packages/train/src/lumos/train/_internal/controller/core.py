@@ -58,10 +58,10 @@ from lumos.train._internal.controller.seam import (
 )
 from lumos.train._internal.errors import (
     CheckpointReportError,
-    DriverTerminated,
     TrainingFailedError,
     training_failed,
 )
+from lumos.train._internal.sigterm import is_termination
 from lumos.train._internal.train_context import WorkerRunArgs, trial_of
 from lumos.train._internal.wire import commit_message, validated_message
 
@@ -357,7 +357,7 @@ class RunCore:
         if clean:
             self._safe(lambda: self.delete_uncommitted(announce=True))
         if isinstance(error, KeyboardInterrupt):
-            why = "stopped by SIGTERM" if isinstance(error, DriverTerminated) else "interrupted"
+            why = "stopped by SIGTERM" if is_termination(error) else "interrupted"
             self.console.info(messages.interrupted_line(self.run.storage.name, why))
         for cb in self.run.callbacks:
             self._safe(lambda cb=cb: cb.on_finish(None, error))  # type: ignore[misc]
