@@ -112,6 +112,31 @@ def test_resume_of_another_job_goes_beside_or_resumes_the_matching_one(tmp_path:
     assert lines[-1].endswith("resuming the matching run 'exp-2' beside it")
 
 
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_claim_removes_what_a_killed_driver_left_half_written(
+    tmp_path: Path, exists: bool
+) -> None:
+    """A driver SIGKILLed in an atomic write (its lease's renewal, a Tune sweep's state)
+    leaves the temporary file; whoever claims the run next (a fresh start or a resume,
+    Train or Tune) removes it, and nothing else."""
+    if exists:
+        stored(tmp_path, "run")
+    lumos_dir = tmp_path / "run" / "_lumos"
+    lumos_dir.mkdir(parents=True, exist_ok=True)
+    left = [
+        lumos_dir / ".lease.json.tmp-192b405583234787839d38a81f535374",
+        lumos_dir / ".tuner.json.tmp-0123456789abcdef0123456789abcdef",
+    ]
+    for path in left:
+        path.write_bytes(b'{"holder": "ho')
+    (lumos_dir / "notes.json").write_text("{}")
+    got = claim(tmp_path, "run", "resume", [])
+    assert (got.storage.name, got.fresh) == ("run", not exists)
+    assert not any(p.exists() for p in left)
+    assert (lumos_dir / "notes.json").exists()
+    assert [p.name for p in lumos_dir.iterdir() if ".tmp-" in p.name] == []
+
+
 def test_a_live_driver_on_the_named_run_is_still_refused(tmp_path: Path) -> None:
     stored(tmp_path, "run")
     held = RunStorage(str(tmp_path), "run").acquire_lease()

@@ -114,6 +114,7 @@ def claim_run(
             raise
         return _claim_beside(storage_at, storage, if_exists, rules, None)  # a live one
     try:
+        storage.remove_interrupted_writes()  # a killed driver's half writes (its lease's too)
         if not rules.exists(storage):
             return RunClaim(storage, lease, fresh=True)
         if if_exists == "error":

@@ -317,18 +317,28 @@ class RunStorage:
     def delete_uncommitted(self, reserved: Iterable[str] = ()) -> list[str]:
         """Delete unfinished uploads (see ``list_uncommitted``) and return their names.
 
-        Also removes temporary files that an interrupted local state write left in
-        ``_lumos/``, and aborts S3 multipart uploads left in progress under the run.
+        Also aborts S3 multipart uploads left in progress under the run, and removes
+        what interrupted local writes left (:meth:`remove_interrupted_writes`).
         """
         self._fence()
         names = self.list_uncommitted(reserved)
         for name in names:
             self._rm_dir(fsu.join(self.run_path, name))
         cw.abort_multipart_uploads(self.fs, self.run_path)  # cut off by a killed writer
-        if fsu.is_local(self.fs):  # and the run's index record (a kill mid-write)
+        self.remove_interrupted_writes()
+        return names
+
+    def remove_interrupted_writes(self) -> None:
+        """Remove the temporary files that local atomic writes killed mid-write left in
+        ``_lumos/`` (the state, the lease, any record) and in the run's index record.
+
+        Local disk only (an object store's write is one PUT). Call it holding the run's
+        lease: ``lumos.runtime``'s run claim does, for Train runs and Tune sweeps alike.
+        """
+        self._fence()
+        if fsu.is_local(self.fs):
             fsu.remove_temp_files(self.state_dir)
             fsu.remove_temp_files(index_folder(self.storage_path, self.name))
-        return names
 
     # -- json and metrics -----------------------------------------------------
     @property
