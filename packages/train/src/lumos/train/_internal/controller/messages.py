@@ -77,6 +77,27 @@ def peer_recovery_line(ranks: Sequence[int], seconds: float, decision: FailureDe
     )
 
 
+def vacant_line(vacant: Sequence[int], live: int, size: int) -> str:
+    """Peer recovery in an elastic group: lost ranks stay vacant, the others train on."""
+    return (
+        f"{ranks_text(vacant)}: no room for a new worker yet; {live} of {size} rank(s) train "
+        "on (their functions go on), a new worker joins when room comes back"
+    )
+
+
+def peers_joined_line(ranks: Sequence[int]) -> str:
+    """Peer recovery: ranks joined the running attempt (room, a move)."""
+    return f"{ranks_text(ranks)}: joined the running attempt, taking the state from a live peer"
+
+
+def moved_live_line(ranks: Sequence[int]) -> str:
+    """Peer recovery: ranks under a preemption notice moved while the others trained."""
+    return (
+        f"{ranks_text(ranks)} under a preemption notice: moved to a new worker, which takes "
+        "the state from a live peer; the other ranks keep training"
+    )
+
+
 def replace_failed_line(error: BaseException) -> str:
     """The line when replacing failed ranks did not work."""
     return (
