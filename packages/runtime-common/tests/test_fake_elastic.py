@@ -167,3 +167,22 @@ def test_vacate_and_refill_keep_every_rank_number_while_the_others_run() -> None
         assert time.monotonic() < deadline, seen
         seen |= {e.rank for e in group.poll(timeout_s=0.5)}
     group.shutdown(1.0)
+
+
+def test_a_barrier_does_not_wait_for_a_rank_that_left_during_the_launch() -> None:
+    from lumos.runtime._internal.relay import CollectiveRelay
+
+    sent: list[tuple[list[int], tuple[str, int]]] = []
+    relay = CollectiveRelay(3, lambda ranks, key, value: sent.append((ranks, key)))
+    relay.handle(0, ("barrier", 0), None)
+    relay.handle(2, ("barrier", 0), None)
+    assert sent == []
+    relay.excuse([1])  # rank 1 was replaced before it got there
+    assert sent == [([0, 2], ("barrier", 0))]
+    relay.handle(0, ("barrier", 1), None)
+    relay.handle(2, ("barrier", 1), None)  # later barriers of the launch do not wait either
+    assert sent[-1] == ([0, 2], ("barrier", 1))
+    relay.reset()  # a launch on every rank
+    relay.handle(0, ("barrier", 0), None)
+    relay.handle(2, ("barrier", 0), None)
+    assert len(sent) == 2

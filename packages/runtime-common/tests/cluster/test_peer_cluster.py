@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import ray
+from group_waits import assert_released, poll_until
 
 from lumos.runtime import (
     Event,
@@ -44,17 +45,6 @@ def heartbeat() -> None:
         time.sleep(0.1)
 
 
-def _poll_until(
-    group: WorkerGroup, done: Callable[[list[Event]], bool], timeout_s: float = 60.0
-) -> list[Event]:
-    events: list[Event] = []
-    deadline = time.monotonic() + timeout_s
-    while not done(events):
-        assert time.monotonic() < deadline, f"timed out; got {events[-5:]}"
-        events += group.poll(timeout_s=1.0)
-    return events
-
-
 def _beats(events: list[Event], rank: int) -> set[int]:
     """The pids that reported as ``rank``."""
     return {e.payload[1] for e in events if isinstance(e, ReportEvent) and e.rank == rank}
@@ -72,13 +62,13 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
         with WorkerGroup.start(SPEC) as group:
             assert len(group.workers) == 2
             group.launch(heartbeat)
-            _poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
+            poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
             survivor = group.workers[1].pid
 
             # rank 0's node goes, and no room is left: rank 0 is vacated, rank 1 goes on
             victim = next(n for n in nodes if n.node_id == group.workers[0].node_id)
             cluster.remove_node(victim)
-            _poll_until(group, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs))
+            poll_until(group, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs))
             vacated = group.vacate_workers([0])
             assert vacated.removed == [0]
             assert len(group.workers) == 2  # nothing re-numbered
@@ -86,7 +76,7 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
             with pytest.raises(RuntimeUsageError, match="vacant"):
                 group.launch(heartbeat)
             assert group.refill_workers([0], timeout_s=0.5).added == []  # no room yet
-            events = _poll_until(group, _beating(1))
+            events = poll_until(group, _beating(1))
             assert _beats(events, 1) == {survivor}
 
             # room comes back: a new worker takes rank 0 and runs alone; rank 1 goes on
@@ -96,7 +86,7 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
             assert group.workers[0].node_id == fresh.node_id
             assert group.scaling_state().lost_ranks == ()
             group.launch(heartbeat, ranks=[0])
-            events = _poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
+            events = poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
             assert _beats(events, 1) == {survivor}
             assert survivor not in _beats(events, 0)
 
@@ -109,7 +99,7 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
             assert group.workers[1].node_id == moved_to.node_id
             _wait_gone(survivor)
             group.launch(heartbeat, ranks=[1])
-            events = _poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
+            events = poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
             assert not any(isinstance(e, WorkerDiedEvent) for e in events)
             assert _beats(events, 0) == {rank0}
             assert survivor not in _beats(events, 1)
@@ -117,7 +107,7 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
         for node in nodes:
             if any(n.node_id == node.node_id for n in cluster.worker_nodes):
                 cluster.remove_node(node)
-    _assert_released()
+    assert_released()
 
 
 def _add_node(cluster: Any) -> Any:
@@ -145,14 +135,3 @@ def _wait_gone(pid: int, timeout_s: float = 30.0) -> None:
     while _running(pid):
         assert time.monotonic() < deadline, f"pid {pid} still runs"
         time.sleep(0.1)
-
-
-def _assert_released(timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        actors = [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
-        pgs = [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
-        if not actors and not pgs:
-            return
-        assert time.monotonic() < deadline, f"left alive: {actors} {pgs}"
-        time.sleep(0.2)

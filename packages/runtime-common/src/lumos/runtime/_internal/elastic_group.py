@@ -203,6 +203,7 @@ class ElasticGroup(GroupCore):
             self._mux.remove(rank)
             remove_placement_group_quietly(self._rank_pgs[rank])
         self._vacant |= set(gone)
+        self._relay.excuse(gone)
         self._sync_preemption(force=True)
         live = {r: r for r in range(n) if r not in self._vacant}
         return ResizeResult(live, removed=gone, world_size=n, elapsed_s=time.monotonic() - t0)
@@ -269,6 +270,7 @@ class ElasticGroup(GroupCore):
             self._mux.add(rank, actors[i], metas[i]["node_id"])
             old[rank] = metas[i]
         self.workers = infos_keep_ranks(old)
+        self._relay.excuse(ranks)
         self._after_resize()
         return ranks, [ranks[i] for i in by_standby]
 

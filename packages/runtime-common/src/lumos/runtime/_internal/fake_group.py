@@ -169,6 +169,7 @@ class FakeWorkerGroup(FakeWorkers):
         self._dead |= set(ranks)  # the old threads' last events are dropped, as Ray's are
         self._stop_all(ranks, 1.0)
         self._drop_queued(ranks)
+        self._relay.excuse(list(ranks))
         for r in ranks:
             self._dead.discard(r)
             self._sessions.pop(r, None)
@@ -236,6 +237,7 @@ class FakeWorkerGroup(FakeWorkers):
         self._stop_all(gone, 1.0)
         self._dead |= set(gone)
         self._vacant |= set(gone)
+        self._relay.excuse(gone)
         live = {r: r for r in range(n) if r not in self._vacant}
         result = ResizeResult(live, removed=gone, world_size=n)
         self._after_resize(result)
@@ -253,6 +255,7 @@ class FakeWorkerGroup(FakeWorkers):
         self._dead |= set(filled)  # a live rank moves: its old thread's last events are dropped
         self._stop_all(filled, 1.0)
         self._drop_queued(filled)
+        self._relay.excuse(filled)
         nodes = [w.node_id for w in self.workers]
         for r in filled:
             self._dead.discard(r)

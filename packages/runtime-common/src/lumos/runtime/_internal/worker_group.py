@@ -324,7 +324,7 @@ class WorkerGroup(ElasticGroup):
             self._msg_seq[rank] = 0
             self._mux.add(rank, new[rank], by_rank[rank]["node_id"])
         self.workers = infos_keep_ranks(metas)
-        self._relay.reset()
+        self._relay.excuse(ranks)  # the others may be in a barrier (a full launch resets it)
         return from_standby
 
     def _start_replacements(
