@@ -273,3 +273,48 @@ def test_a_preempted_rank_lost_before_it_could_move_uses_the_preemption_budget(
     assert result.metrics["step"] == 59
     with pytest.raises(train.TrainingFailedError, match="max_preemption_failures=0"):
         fit(tmp_path / "b", max_preemption_failures=0)
+
+
+def _barrier_first(config: dict[str, Any]) -> None:
+    """As ``prepare_torchft``: the ranks of a launch meet in a barrier; a rank launched
+    alone into the running attempt (it moved) does not."""
+    from lumos.runtime import worker
+
+    rank = train.get_context().get_world_rank()
+    again = any(r == rank for r, _ in STARTS)
+    STARTS.append((rank, time.monotonic()))
+    session = worker.get_session()
+    assert session is not None
+    if not again:
+        if rank == 1:  # moved before it gets there
+            session.stop_event.wait(1.0)
+            session.raise_if_stop_requested()
+        session.barrier()
+    for step in range(config["n"]):
+        train.report({"step": step})
+        time.sleep(0.003)
+
+
+def test_a_rank_that_moves_before_the_launch_barrier_does_not_hold_the_others(
+    tmp_path: Path,
+) -> None:
+    STARTS.clear()
+
+    def script(group: Any) -> None:
+        group.free_workers = 1
+        group.preempt_workers([1], reason="SIGTERM")
+
+    trainer = _PeerTrainer(
+        _barrier_first,
+        train_loop_config={"n": 30},
+        scaling_config=train.ScalingConfig(num_workers=3),
+        run_config=run_config(tmp_path, "barrier"),
+        _group_factory=FakeCluster([script]).start,
+    )
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(trainer.fit()), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert done, f"fit() still waits: started {STARTS}"
+    assert sorted(r for r, _ in STARTS) == [0, 1, 1, 2]
+    assert done[0].metrics["step"] == 29

@@ -9,15 +9,14 @@ it does not depend on what the earlier tests of this folder left.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import peer_fns
 import pytest
 import ray
+from fit_thread import FitThread
 from ray import cloudpickle
 from ray.core.generated import autoscaler_pb2
 
@@ -42,7 +41,7 @@ def _latest_step(tmp_path: Path) -> int:
     return int(latest.split("=")[1]) if latest else -1
 
 
-class _Run:
+class _Run(FitThread):
     """``fit()`` in a thread; the ranks' logs (``peer_fns.log``) read as they grow."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -58,29 +57,23 @@ class _Run:
             "checkpoint_every": 20,
             "step_s": 0.05,
         }
-        self.trainer = TorchTrainer(
-            peer_fns.ft_train,
-            train_loop_config=config,
-            torch_config=TorchftConfig(),
-            scaling_config=train.ScalingConfig(
-                num_workers=(2, 3), resources_per_worker=FT, elastic_resize_monitor_interval_s=0.5
-            ),
-            run_config=train.RunConfig(
-                name="ft-elastic",
-                storage_path=str(tmp_path),
-                failure_config=train.FailureConfig(max_failures=1),
-            ),
+        super().__init__(
+            TorchTrainer(
+                peer_fns.ft_train,
+                train_loop_config=config,
+                torch_config=TorchftConfig(),
+                scaling_config=train.ScalingConfig(
+                    num_workers=(2, 3),
+                    resources_per_worker=FT,
+                    elastic_resize_monitor_interval_s=0.5,
+                ),
+                run_config=train.RunConfig(
+                    name="ft-elastic",
+                    storage_path=str(tmp_path),
+                    failure_config=train.FailureConfig(max_failures=1),
+                ),
+            )
         )
-        self.result: train.Result | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._fit, daemon=True)
-        self.thread.start()
-
-    def _fit(self) -> None:
-        try:
-            self.result = self.trainer.fit()
-        except BaseException as exc:
-            self.error = exc
 
     def events(self, rank: int, kind: str) -> list[dict[str, Any]]:
         return [e for e in peer_fns.read_log(self.log_dir).get(rank, []) if e["event"] == kind]
@@ -90,13 +83,6 @@ class _Run:
         steps = self.events(rank, "step")
         return sum(1 for e in steps if e["ok"] and e["n"] == n and e["t"] > since)
 
-    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ok():
-            assert self.thread.is_alive(), f"fit() ended before {what}: {self.error!r}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.2)
-
     def node_of(self, rank: int) -> str:
         controller = self.trainer._last_controller
         assert controller is not None
@@ -105,12 +91,7 @@ class _Run:
     def finish(self) -> train.Result:
         last = max(e["step"] for r in range(3) for e in self.events(r, "step"))
         self.until.write_text(str((last // 10 + 3) * 10))  # a reported step
-        self.thread.join(timeout=180)
-        assert not self.thread.is_alive(), "fit() did not return"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
+        return self.join()
 
 
 def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
@@ -121,13 +102,15 @@ def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
     nodes = [_add_node(cluster) for _ in range(3)]
     try:
         run = _Run(tmp_path)
-        run.wait("3 replicas training", lambda: all(run.committed(r, 3) >= 5 for r in range(3)))
+        run.wait(
+            "3 replicas training", lambda: all(run.committed(r, 3) >= 5 for r in range(3)), 180.0
+        )
 
         # 1. rank 1's node is lost and no other has room: ranks 0 and 2 train on at 2
         lost_at = time.time()
         victim = run.node_of(1)
         cluster.remove_node(next(n for n in nodes if n.node_id == victim))
-        run.wait("2 replicas training", lambda: run.committed(0, 2, lost_at) >= 10)
+        run.wait("2 replicas training", lambda: run.committed(0, 2, lost_at) >= 10, 180.0)
         assert [len(run.events(r, "start")) for r in (0, 2)] == [1, 1]
         # the driver is not stuck waiting for room: checkpoints commit at 2
         at_loss = max(e["step"] for e in run.events(0, "step") if e["t"] <= lost_at)
@@ -136,7 +119,7 @@ def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
         # 2. room comes back: a new worker takes rank 1 and its state from a live peer
         nodes.append(_add_node(cluster))
         back_at = time.time()
-        run.wait("rank 1 back", lambda: run.committed(1, 3, back_at) >= 5)
+        run.wait("rank 1 back", lambda: run.committed(1, 3, back_at) >= 5, 180.0)
         assert len(run.events(1, "start")) == 2
         assert [e for e in run.events(1, "recovered") if e["t"] > back_at]
 
@@ -154,7 +137,7 @@ def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
         )
         assert accepted, why
         drained_at = time.time()
-        run.wait("rank 0 moved", lambda: run.committed(0, 3, drained_at) >= 5)
+        run.wait("rank 0 moved", lambda: run.committed(0, 3, drained_at) >= 5, 180.0)
         (moved,) = run.events(0, "start")[1:]
         assert moved["pid"] != old_pid
         (recovered,) = [e for e in run.events(0, "recovered") if e["t"] > drained_at]

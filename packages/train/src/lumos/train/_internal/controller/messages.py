@@ -201,13 +201,16 @@ def training_done_line(count: int) -> str:
     )
 
 
-def preempted_line(rank: int, node_id: str | None, reason: str, seconds_left: float | None) -> str:
-    """A rank got a preemption notice (not a failure)."""
+def preempted_line(
+    rank: int, node_id: str | None, reason: str, seconds_left: float | None, now: bool = False
+) -> str:
+    """A rank got a preemption notice (not a failure); ``now``: it moves at once (peers)."""
     node = f" on node {node_id[:8]}" if node_id else ""
     left = f", {seconds_left:.0f} s before its deadline" if seconds_left is not None else ""
+    when = "to a new worker now" if now else "right after the next committed checkpoint"
     return (
-        f"rank {rank}{node} got a preemption notice ({reason}{left}); it moves right after "
-        "the next committed checkpoint (train.get_preemption_info() tells the function)"
+        f"rank {rank}{node} got a preemption notice ({reason}{left}); it moves {when} "
+        "(train.get_preemption_info() tells the function)"
     )
 
 

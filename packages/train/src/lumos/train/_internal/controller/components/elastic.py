@@ -105,7 +105,10 @@ class ElasticComponent(Component):
         left = None
         if event.deadline_ms is not None:
             left = max(0.0, event.deadline_ms / 1000.0 - time.time())
-        self._console.info(messages.preempted_line(event.rank, event.node_id, event.reason, left))
+        line = messages.preempted_line(
+            event.rank, event.node_id, event.reason, left, self.peer_moves
+        )
+        self._console.info(line)
 
     def lost_decision(self, failures: Sequence[WorkerFailure]) -> FailureDecision | None:
         """The preemption budget's decision when only ranks under a notice were lost."""
