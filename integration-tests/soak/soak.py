@@ -96,6 +96,7 @@ from soak_config import (
     WATCHED,
     Exit,
     Job,
+    add_node,
     log,
     log_tail,
     result_of,
@@ -249,7 +250,7 @@ class Harness(DriverFaults):
             },
         )
         for _ in range(NODES):
-            self.cluster.add_node(num_cpus=CPUS_PER_NODE)
+            add_node(self.cluster)
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, log_to_driver=False)
         log(f"cluster at {self.cluster.address}: 0-CPU head + {NODES} x {CPUS_PER_NODE} CPUs")

@@ -112,7 +112,6 @@ def train_fn(config: dict[str, Any]) -> None:
         if config["mode"] == "async"
         else train.CheckpointUploadMode.SYNC
     )
-    ledger = os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl")
     job_id = _ray_job_id()
     start = 0
     weights = torch.zeros(config["shard_floats"])
@@ -142,40 +141,55 @@ def train_fn(config: dict[str, Any]) -> None:
             torch.save(
                 {"step": step, "rank": rank, "w": weights}, os.path.join(d, shard_name(rank))
             )
-            if rank == 0:
-                with open(os.path.join(d, META), "w") as f:
-                    json.dump({"step": step}, f)
-            _mark(config, rank, "checkpoint", step)
-            train.report(
-                metrics,
-                checkpoint=train.Checkpoint.from_directory(d),
-                checkpoint_dir_name=name,
-                checkpoint_upload_mode=mode,
-                validation=step % int(config["validate_every"]) == 0,
-            )
-            if mode == train.CheckpointUploadMode.SYNC:
-                import shutil
-
-                shutil.rmtree(d, ignore_errors=True)
+            _report_checkpoint(config, rank, step, metrics, d, mode)
         else:
             train.report(metrics)
-        _mark(config, rank, "step", step)
-        _append(
-            ledger,
-            {
-                "t": time.time(),
-                "job": job_id,
-                "run": config["run"],
-                "rank": rank,
-                "step": step,
-                "ckpt": name,
-                "mode": config["mode"],
-                "attempt": ctx.get_attempt(),
-                "pid": os.getpid(),
-                "seen": _name_of(train.get_checkpoint()),
-            },
-        )
+        _reported(config, rank, step, name, config["mode"], job_id)
     _mark(config, rank, "done", int(config["steps"]))
+
+
+def _report_checkpoint(
+    config: dict[str, Any], rank: int, step: int, metrics: dict[str, Any], d: str, mode: Any
+) -> None:
+    """Report checkpoint ``step=<step>`` of the files in ``d`` (rank 0 adds ``meta.json``),
+    validated every ``validate_every`` steps; a SYNC report's files are removed after."""
+    if rank == 0:
+        with open(os.path.join(d, META), "w") as f:
+            json.dump({"step": step}, f)
+    _mark(config, rank, "checkpoint", step)
+    train.report(
+        metrics,
+        checkpoint=train.Checkpoint.from_directory(d),
+        checkpoint_dir_name=f"step={step}",
+        checkpoint_upload_mode=mode,
+        validation=step % int(config["validate_every"]) == 0,
+    )
+    if mode == train.CheckpointUploadMode.SYNC:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _reported(
+    config: dict[str, Any], rank: int, step: int, ckpt: str | None, mode: str, job: str | None
+) -> None:
+    """After a ``train.report`` returned on ``rank``: its marker and its ledger line."""
+    _mark(config, rank, "step", step)
+    _append(
+        os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl"),
+        {
+            "t": time.time(),
+            "job": job,
+            "run": config["run"],
+            "rank": rank,
+            "step": step,
+            "ckpt": ckpt,
+            "mode": mode,
+            "attempt": train.get_context().get_attempt(),
+            "pid": os.getpid(),
+            "seen": _name_of(train.get_checkpoint()),
+        },
+    )
 
 
 def ft_train_fn(config: dict[str, Any]) -> None:
@@ -194,7 +208,6 @@ def ft_train_fn(config: dict[str, Any]) -> None:
 
     ctx = train.get_context()
     rank = ctx.get_world_rank()
-    ledger = os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl")
     job_id = _ray_job_id()
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
@@ -233,37 +246,10 @@ def ft_train_fn(config: dict[str, Any]) -> None:
             flat = torch.cat([p.detach().flatten() for p in model.parameters()])
             state = {"step": step, "rank": 0, "model": model.state_dict(), "w": flat}
             torch.save(state, os.path.join(d, shard_name(0)))
-            with open(os.path.join(d, META), "w") as f:
-                json.dump({"step": step}, f)
-            _mark(config, rank, "checkpoint", step)
-            train.report(
-                metrics,
-                checkpoint=train.Checkpoint.from_directory(d),
-                checkpoint_dir_name=name,
-                checkpoint_upload_mode=train.CheckpointUploadMode.SYNC,
-                validation=step % int(config["validate_every"]) == 0,
-            )
-            import shutil
-
-            shutil.rmtree(d, ignore_errors=True)
+            _report_checkpoint(config, rank, step, metrics, d, train.CheckpointUploadMode.SYNC)
         else:
             train.report(metrics)
-        _mark(config, rank, "step", step)
-        _append(
-            ledger,
-            {
-                "t": time.time(),
-                "job": job_id,
-                "run": config["run"],
-                "rank": rank,
-                "step": step,
-                "ckpt": name if rank == 0 else None,
-                "mode": "sync",
-                "attempt": ctx.get_attempt(),
-                "pid": os.getpid(),
-                "seen": _name_of(train.get_checkpoint()),
-            },
-        )
+        _reported(config, rank, step, name if rank == 0 else None, "sync", job_id)
     _mark(config, rank, "done", steps)
 
 
