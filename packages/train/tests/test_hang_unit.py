@@ -358,3 +358,28 @@ def test_a_rank_that_returned_is_not_judged(tmp_path: Path) -> None:
         moves += 1
         probe.samples[1] = _s(moves)
         assert core.idle(0.0) is None
+
+
+def test_a_rank_replaced_by_peer_recovery_is_not_judged_on_its_old_process(
+    tmp_path: Path,
+) -> None:
+    """Its new process answers nothing until its function runs (a slow start on a loaded
+    machine): the old process's last sample must not make it look stuck."""
+    core, dog, probe, now = _watchdog_core(tmp_path)
+    dog._peers = True
+    core.start()
+    core.begin_attempt(0, 2, None)
+    torchft = "in torchft (a quorum, a peer's state or a collective)"
+    for moves in range(4):  # both train
+        probe.samples = {0: _s(moves, exempt=torchft), 1: _s(moves, where="t.py:9")}
+        now[0] += 0.5
+        assert core.idle(0.0) is None
+    probe.samples = {1: _s(9, where="t.py:9")}  # its last answer, rank 0's is late
+    now[0] += 0.5
+    assert core.idle(0.0) is None
+    now[0] += 10.0  # the driver starts its new process (seconds on a loaded machine)
+    core.rank_replaced(1)
+    probe.samples = {0: _s(9, exempt=torchft)}  # which answers nothing for a while
+    for _ in range(40):
+        now[0] += 0.5
+        assert core.idle(0.0) is None

@@ -228,6 +228,8 @@ class RunCore:
         go on, or stays vacant (``joins=False``); reports stop waiting for it until it reports."""
         if joins:
             self.attempt.world_size = max(self.attempt.world_size, rank + 1)
+            for c in self.components:
+                c.rank_joined(rank)
         (self.attempt.running.add if joins else self.attempt.running.discard)(rank)
         return self._aggregate(lambda: self.attempt.reports.excuse(rank))
 

@@ -137,6 +137,13 @@ class HangWatchdog(Component):
         self.findings.append(finding)  # once per attempt, unless stuck ranks are replaced
         return self._fire(finding)
 
+    def rank_joined(self, rank: int) -> None:
+        """A new process took ``rank`` (peer recovery): its old one's samples are stale;
+        the rank is judged again once the new one answers."""
+        if self._judge is not None:
+            self._judge.forget(rank)
+        self._answered.discard(rank)
+
     def _new_judge(self, world_size: int) -> HangJudge | None:
         return HangJudge(world_size, self.timeout_s, self._peers) if world_size else None
 
