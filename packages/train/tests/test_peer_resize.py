@@ -318,3 +318,21 @@ def test_a_rank_that_moves_before_the_launch_barrier_does_not_hold_the_others(
     assert done, f"fit() still waits: started {STARTS}"
     assert sorted(r for r, _ in STARTS) == [0, 1, 1, 2]
     assert done[0].metrics["step"] == 29
+
+
+def test_a_move_whose_new_worker_fails_to_start_is_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    STARTS.clear()
+
+    def script(group: Any) -> None:
+        group.free_workers = 1
+        group.failing_starts = 1
+        group.after_reports(9, lambda g: g.preempt_workers([0], reason="node draining"))
+
+    caplog.set_level("DEBUG", logger="lumos.train")
+    result, _groups, states = _fit(tmp_path, script)
+    assert "did not start (WorkerGroupStartError" in caplog.text
+    assert sorted(r for r, _ in STARTS) == [0, 0, 1, 2]  # moved on the second try
+    assert "restarting" not in states
+    assert result.metrics["step"] == 59

@@ -13,6 +13,7 @@ from lumos.runtime._internal.errors import (
     RuntimeConfigError,
     RuntimeUsageError,
     WorkerGroupError,
+    WorkerGroupStartError,
 )
 from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
 from lumos.runtime._internal.fake_workers import FakeWorkers
@@ -45,6 +46,8 @@ class FakeWorkerGroup(FakeWorkers):
             script capacity coming back (``add_workers`` uses it, ``free_resources``
             reports it as ``resources_per_worker`` times this on one fake node).
         shutdown_calls: How often ``shutdown`` was called.
+        failing_starts: How many more ``refill_workers`` calls fail to start their
+            workers (``WorkerGroupStartError``), as a real start can.
     """
 
     def __init__(self, spec: WorkerGroupSpec, num_nodes: int = 1, fit: int | None = None) -> None:
@@ -65,6 +68,7 @@ class FakeWorkerGroup(FakeWorkers):
         self._notices: dict[int, tuple[int | None, str]] = {}  # rank -> (deadline, reason)
         self._added_nodes = 0
         self._vacant: set[int] = set()
+        self.failing_starts = 0
         self.shutdown_calls = 0
 
     @classmethod
@@ -251,6 +255,9 @@ class FakeWorkerGroup(FakeWorkers):
         if any(not 0 <= r < n for r in ranks):
             raise RuntimeUsageError(f"refill_workers(ranks={ranks!r}) is invalid")
         filled = list(dict.fromkeys(ranks))[: max(0, self.free_workers)]
+        if filled and self.failing_starts > 0:
+            self.failing_starts -= 1
+            raise WorkerGroupStartError(f"a worker for rank(s) {filled} failed to start (scripted)")
         self.free_workers -= len(filled)
         self._dead |= set(filled)  # a live rank moves: its old thread's last events are dropped
         self._stop_all(filled, 1.0)

@@ -90,6 +90,14 @@ def peers_joined_line(ranks: Sequence[int]) -> str:
     return f"{ranks_text(ranks)}: joined the running attempt, taking the state from a live peer"
 
 
+def join_failed_line(error: BaseException) -> str:
+    """Peer recovery: a new worker for a move or a vacant rank did not start."""
+    return (
+        f"a new worker for a rank that moves or joins did not start ({type(error).__name__}: "
+        f"{error}); the ranks train on as they are, and it is tried again"
+    )
+
+
 def moved_live_line(ranks: Sequence[int]) -> str:
     """Peer recovery: ranks under a preemption notice moved while the others trained."""
     return (

@@ -196,11 +196,15 @@ class PeerRecovery(Component):
         attempt = self._attempt
         if self._resize is None or self._launch is None or attempt is None:
             return None
-        joined = self._resize.step(attempt.running)
-        if not joined:
+        try:
+            joined = self._resize.step(attempt.running)
+            if not joined:
+                return None
+            self._console.info(messages.peers_joined_line(joined))
+            return self._start(joined, core)
+        except Exception as exc:  # a new worker failed to start: the ranks go on; retried
+            self._console.info(messages.join_failed_line(exc))
             return None
-        self._console.info(messages.peers_joined_line(joined))
-        return self._start(joined, core)
 
     def _start(self, ranks: list[int], core: ReplacedSink) -> Verdict | None:
         """Launch the training function alone on ``ranks``; reports stop waiting for

@@ -41,7 +41,8 @@ from lumos.train._internal.controller.group import GroupDriver
 
 
 class PeerResize:
-    """The elastic group's changes while its ranks train on (see the module docstring).
+    """The group's changes while its ranks train on: an elastic group's vacant ranks and
+    growth, any group's moves (see the module docstring).
 
     Args:
         workers: The run's group driver.
@@ -105,9 +106,9 @@ class PeerResize:
             for r in sorted(self._elastic.notices)
             if r in running and self._retry_at.get(r, 0) <= now
         ]
-        joined = self._workers.refill(due, PLACE_S) if due else []
-        for rank in set(due) - set(joined):  # no room elsewhere yet
+        for rank in due:  # until it moved (no room elsewhere yet, a start failed)
             self._retry_at[rank] = now + self._elastic.interval_s
+        joined = self._workers.refill(due, PLACE_S) if due else []
         if joined:
             self._console.info(messages.moved_live_line(joined))
             self._elastic.moved(self._workers.current())
