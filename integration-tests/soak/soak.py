@@ -28,7 +28,11 @@ Workloads per round (rounds start while there is time left):
   every round), validation, ``max_failures=-1``; the local run of an even round
   writes to a tmpfs of its own (a disk that can fill up);
 * a Tune-over-Train sweep (ASHA pruning) on one storage, every other round
-  (``--no-sweep`` leaves it out).
+  (``--no-sweep`` leaves it out);
+* a Train run with ``TorchftConfig`` (per-step fault tolerance: every rank a torchft
+  replica, an elastic group of 2 to 3 workers, SYNC checkpoints that rank 0 saves),
+  on each storage in turn (``--no-torchft`` leaves it out; left out when torchft is
+  not installed).
 
 The fault kinds are in README.md (this folder), with what each does; ``soak_faults.py``
 implements them, ``soak_checks.py`` the invariants.
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import importlib.util
 import json
 import logging
 import os
@@ -91,6 +96,7 @@ from soak_config import (
     WATCHED,
     Exit,
     Job,
+    add_node,
     log,
     log_tail,
     result_of,
@@ -244,7 +250,7 @@ class Harness(DriverFaults):
             },
         )
         for _ in range(NODES):
-            self.cluster.add_node(num_cpus=CPUS_PER_NODE)
+            add_node(self.cluster)
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, log_to_driver=False)
         log(f"cluster at {self.cluster.address}: 0-CPU head + {NODES} x {CPUS_PER_NODE} CPUs")
@@ -325,7 +331,9 @@ class Harness(DriverFaults):
                 return str(disk.path), disk
         return str(self.local_root), None
 
-    def new_job(self, kind: str, name: str, storage: str, mode: str, round_no: int = 0) -> Job:
+    def new_job(
+        self, kind: str, name: str, storage: str, mode: str, round_no: int = 0, ft: bool = False
+    ) -> Job:
         storage_path, disk = self._storage_path(kind, name, storage, round_no)
         big = storage == "s3" and kind == "train"
         loop = {
@@ -337,6 +345,7 @@ class Harness(DriverFaults):
             "mode": mode,
             "shard_floats": S3_SHARD_FLOATS if big else SHARD_FLOATS,
             "ledger_dir": str(self.ledger_dir),
+            "torchft": ft,
         }
         spec = {
             "name": name,
@@ -351,6 +360,7 @@ class Harness(DriverFaults):
             "validate_s": VALIDATE_S,
             "faults_file": str(self.faults_file),
             "faults_records": str(self.ledger_dir / "storage-faults"),
+            "torchft": ft,
         }
         cmd = [sys.executable, str(DRIVER), kind, "--address", self.cluster.address]
         cmd += ["--spec", json.dumps(spec)]
@@ -507,6 +517,10 @@ class Harness(DriverFaults):
         for i, storage in enumerate(self.storages):
             mode = modes[i % 2]
             self.new_job("train", f"train-r{round_no}-{storage}-{mode}", storage, mode, round_no)
+        if self.args.torchft:  # per-step fault tolerance (torchft): one more Train run
+            storage = self.storages[round_no % len(self.storages)]
+            name = f"train-r{round_no}-{storage}-ft"
+            self.new_job("train", name, storage, "sync", round_no, ft=True)
         if self.args.sweep and round_no % 2 == 0:
             storage = self.storages[(round_no // 2) % len(self.storages)]
             self.new_job("sweep", f"sweep-r{round_no}-{storage}", storage, "sync", round_no)
@@ -545,6 +559,8 @@ def rerun_command(args: argparse.Namespace, seed: int) -> str:
         parts += ["--storage", args.storage]
     if not args.sweep:
         parts.append("--no-sweep")
+    if not getattr(args, "torchft", True):
+        parts.append("--no-torchft")
     if getattr(args, "kinds", None):
         parts += ["--kinds", ",".join(args.kinds)]
     return shlex.join(parts)
@@ -568,6 +584,8 @@ def run_seeds(args: argparse.Namespace) -> int:
         cmd += ["--seed", str(seed), "--storage", args.storage]
         if not args.sweep:
             cmd.append("--no-sweep")
+        if not args.torchft:
+            cmd.append("--no-torchft")
         if args.kinds:
             cmd += ["--kinds", ",".join(args.kinds)]
         if args.workdir:
@@ -603,6 +621,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-sweep", dest="sweep", action="store_false")
     parser.add_argument(
+        "--no-torchft",
+        dest="torchft",
+        action="store_false",
+        help="leave out the Train run with TorchftConfig",
+    )
+    parser.add_argument(
         "--workdir",
         help="the soak's state (storage, ledger, logs) goes here (default: a new temp dir; "
         "with --seeds, one folder per seed under it)",
@@ -615,6 +639,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--kinds: unknown kind(s) {unknown}; the kinds are {', '.join(ALL_KINDS)}")
     if args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes:g}")
+    if args.torchft and importlib.util.find_spec("torchft") is None:
+        log("torchft is not installed: no Train run with TorchftConfig")
+        args.torchft = False
     return args
 
 

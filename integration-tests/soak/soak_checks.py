@@ -95,8 +95,10 @@ class Checker:
         steps: int,
         final: bool,
         keep: int,
+        shards: int = 2,
     ) -> None:
-        """Every invariant of one Train run (``final``: it must have finished at ``steps``)."""
+        """Every invariant of one Train run (``final``: it must have finished at ``steps``;
+        ``shards``: each checkpoint's, 1 under torchft where rank 0 saves the replicas')."""
         state = storage.load_state()
         if state is None:
             self.check(label, "run state exists", [f"no run state at {storage.state_path}"])
@@ -105,20 +107,26 @@ class Checker:
             problems = [] if state.status == "finished" else [_status_evidence(storage, state)]
             self.check(label, f"finished at step {steps}", problems)
         rows = storage.read_metrics()
-        problems = history_problems(rows, steps if final else None)
+        problems = history_problems(rows, steps if final else None, shards)
         if problems:
             problems[0] += f" (history in {storage.uri}/_lumos/metrics)"
         self.check(
             label, "metrics history has every step once, in order", problems, f"{len(rows)} rows"
         )
-        self.checkpoints(label, storage, state, ledger, keep)
+        self.checkpoints(label, storage, state, ledger, keep, shards)
         if final:
             self.final_checkpoint(label, storage, state, rows, steps)
         leftovers = [f"{storage.uri}/{n}" for n in storage.list_uncommitted()]
         self.check(label, "no unfinished uploads", leftovers)
 
     def checkpoints(
-        self, label: str, storage: Any, state: Any, ledger: list[dict[str, Any]], keep: int
+        self,
+        label: str,
+        storage: Any,
+        state: Any,
+        ledger: list[dict[str, Any]],
+        keep: int,
+        shards: int = 2,
     ) -> None:
         committed = committed_checkpoints(ledger)
         kept = {c.dir_name: c for c in state.checkpoints if not c.rolled_back}
@@ -141,7 +149,7 @@ class Checker:
                         f"{len(newer)} newer checkpoint(s) kept, retention keeps {keep}"
                     )
                 continue
-            problem = _verify_checkpoint(storage, name, step, where)
+            problem = _verify_checkpoint(storage, name, step, where, shards)
             if problem is not None:
                 (lost if problem.startswith("unreadable") else bad).append(problem)
         self.lost += len(lost)
@@ -207,16 +215,19 @@ def _status_evidence(storage: Any, state: Any) -> str:
     return f"status {state.status!r} in {storage.state_path}; last attempts: {'; '.join(attempts)}"
 
 
-def _verify_checkpoint(storage: Any, name: str, step: int, where: str) -> str | None:
+def _verify_checkpoint(
+    storage: Any, name: str, step: int, where: str, shards: int = 2
+) -> str | None:
     """None when the checkpoint has every shard of its step, else what is wrong."""
     import torch
 
+    want = ["meta.json", *(f"shard-{rank}.pt" for rank in range(shards))]
     try:
         with storage.checkpoint(name).as_directory() as d:
             files = sorted(p.name for p in Path(d).iterdir())
-            if files != ["meta.json", "shard-0.pt", "shard-1.pt"]:
-                return f"{name} at {where}: files {files}, want meta.json, shard-0.pt, shard-1.pt"
-            for rank in (0, 1):
+            if files != want:
+                return f"{name} at {where}: files {files}, want {', '.join(want)}"
+            for rank in range(shards):
                 shard = torch.load(Path(d) / f"shard-{rank}.pt", weights_only=True)
                 if shard["step"] != step or shard["rank"] != rank:
                     return (
@@ -248,7 +259,7 @@ def committed_checkpoints(ledger: list[dict[str, Any]]) -> dict[str, tuple[int, 
     return committed
 
 
-def history_problems(rows: list[dict[str, Any]], steps: int | None) -> list[str]:
+def history_problems(rows: list[dict[str, Any]], steps: int | None, shards: int = 2) -> list[str]:
     """What is wrong with a metrics history that must hold steps 1..steps (or 1..len) once."""
     problems: list[str] = []
     at: dict[Any, list[int]] = defaultdict(list)
@@ -277,7 +288,7 @@ def history_problems(rows: list[dict[str, Any]], steps: int | None) -> list[str]
             )
             break
     for i, r in enumerate(rows):
-        if "val_step" in r and (r["val_step"] != r.get("step") or r.get("val_shards") != 2):
+        if "val_step" in r and (r["val_step"] != r.get("step") or r.get("val_shards") != shards):
             problems.append(f"row {i} holds another step's validation: {_row(r)}")
     return problems
 
@@ -423,6 +434,7 @@ def check_all(harness: Any) -> tuple[int, list[str]]:
                 steps,
                 final=True,
                 keep=int(job.spec["num_to_keep"]),
+                shards=1 if job.spec.get("torchft") else 2,
             )
             disk_full(c, job)
             lease_takeover(c, harness, job)

@@ -89,6 +89,21 @@ def log(msg: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def add_node(cluster: Any, tries: int = 3) -> Any:
+    """A worker node of ``CPUS_PER_NODE`` CPUs. Retried: Ray waits a fixed 30 s for a new
+    raylet to register with the GCS, which a loaded machine can take longer than (a
+    seed's start failed so at load 37)."""
+    for attempt in range(tries):
+        try:
+            return cluster.add_node(num_cpus=CPUS_PER_NODE)
+        except Exception as exc:
+            if attempt == tries - 1:
+                raise
+            log(f"adding a node failed ({exc}); trying again")
+            time.sleep(5.0)
+    return None
+
+
 @dataclass
 class Exit:
     """One driver process that ended: which start, its status, its log, and why."""

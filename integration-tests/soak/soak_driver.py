@@ -52,10 +52,17 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     from lumos import train
     from lumos.train.torch import TorchTrainer
 
+    fn, scaling, torch_config = soak_workloads.train_fn, train.ScalingConfig(num_workers=2), None
+    if spec.get("torchft"):  # every rank a torchft replica; an elastic group of 2 to 3
+        from lumos.train.torch import TorchftConfig
+
+        fn, torch_config = soak_workloads.ft_train_fn, TorchftConfig(timeout_s=30.0)
+        scaling = train.ScalingConfig(num_workers=(2, 3), elastic_resize_monitor_interval_s=2.0)
     result = TorchTrainer(
-        soak_workloads.train_fn,
+        fn,
         train_loop_config=spec["loop"],
-        scaling_config=train.ScalingConfig(num_workers=2),
+        torch_config=torch_config,
+        scaling_config=scaling,
         run_config=train.RunConfig(
             name=spec["name"],
             storage_path=spec["storage_path"],

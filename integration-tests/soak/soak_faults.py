@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from soak_config import (
-    CPUS_PER_NODE,
     DRAIN_DEADLINE_S,
     HANG_TIMEOUT_S,
     HEALTH_CHECK_TIMEOUT_S,
@@ -29,6 +28,7 @@ from soak_config import (
     WATCH_S,
     WATCHED,
     Job,
+    add_node,
     log,
 )
 
@@ -437,12 +437,12 @@ class Faults(WorkerFaults):
             self.stopped_pids.discard(arg)
             log(f"worker SIGCONT: pid {arg}")
         elif what == "add_node":
-            self.cluster.add_node(num_cpus=CPUS_PER_NODE)
+            add_node(self.cluster)
             log("node added")
         elif what == "remove_drained":
             if arg in self.cluster.worker_nodes:
                 self.cluster.remove_node(arg, allow_graceful=False)
-            self.cluster.add_node(num_cpus=CPUS_PER_NODE)
+            add_node(self.cluster)
             log("drained node removed, a new node added")
         elif what == "s3_start":
             if self.s3.server is None:

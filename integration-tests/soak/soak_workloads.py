@@ -1,5 +1,5 @@
-"""What the soak's drivers run on the cluster: the training function, its validation
-and the Tune trial.
+"""What the soak's drivers run on the cluster: the training functions (with and without
+``TorchftConfig``), their validation and the Tune trial.
 
 Workers import this module by name (the drivers put this folder on the Ray job's
 code search path). It writes two things outside the system under test, into the
@@ -112,7 +112,6 @@ def train_fn(config: dict[str, Any]) -> None:
         if config["mode"] == "async"
         else train.CheckpointUploadMode.SYNC
     )
-    ledger = os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl")
     job_id = _ray_job_id()
     start = 0
     weights = torch.zeros(config["shard_floats"])
@@ -142,40 +141,116 @@ def train_fn(config: dict[str, Any]) -> None:
             torch.save(
                 {"step": step, "rank": rank, "w": weights}, os.path.join(d, shard_name(rank))
             )
-            if rank == 0:
-                with open(os.path.join(d, META), "w") as f:
-                    json.dump({"step": step}, f)
-            _mark(config, rank, "checkpoint", step)
-            train.report(
-                metrics,
-                checkpoint=train.Checkpoint.from_directory(d),
-                checkpoint_dir_name=name,
-                checkpoint_upload_mode=mode,
-                validation=step % int(config["validate_every"]) == 0,
-            )
-            if mode == train.CheckpointUploadMode.SYNC:
-                import shutil
-
-                shutil.rmtree(d, ignore_errors=True)
+            _report_checkpoint(config, rank, step, metrics, d, mode)
         else:
             train.report(metrics)
-        _mark(config, rank, "step", step)
-        _append(
-            ledger,
-            {
-                "t": time.time(),
-                "job": job_id,
-                "run": config["run"],
-                "rank": rank,
-                "step": step,
-                "ckpt": name,
-                "mode": config["mode"],
-                "attempt": ctx.get_attempt(),
-                "pid": os.getpid(),
-                "seen": _name_of(train.get_checkpoint()),
-            },
-        )
+        _reported(config, rank, step, name, config["mode"], job_id)
     _mark(config, rank, "done", int(config["steps"]))
+
+
+def _report_checkpoint(
+    config: dict[str, Any], rank: int, step: int, metrics: dict[str, Any], d: str, mode: Any
+) -> None:
+    """Report checkpoint ``step=<step>`` of the files in ``d`` (rank 0 adds ``meta.json``),
+    validated every ``validate_every`` steps; a SYNC report's files are removed after."""
+    if rank == 0:
+        with open(os.path.join(d, META), "w") as f:
+            json.dump({"step": step}, f)
+    _mark(config, rank, "checkpoint", step)
+    train.report(
+        metrics,
+        checkpoint=train.Checkpoint.from_directory(d),
+        checkpoint_dir_name=f"step={step}",
+        checkpoint_upload_mode=mode,
+        validation=step % int(config["validate_every"]) == 0,
+    )
+    if mode == train.CheckpointUploadMode.SYNC:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _reported(
+    config: dict[str, Any], rank: int, step: int, ckpt: str | None, mode: str, job: str | None
+) -> None:
+    """After a ``train.report`` returned on ``rank``: its marker and its ledger line."""
+    _mark(config, rank, "step", step)
+    _append(
+        os.path.join(config["ledger_dir"], "ledger", f"{config['run']}.jsonl"),
+        {
+            "t": time.time(),
+            "job": job,
+            "run": config["run"],
+            "rank": rank,
+            "step": step,
+            "ckpt": ckpt,
+            "mode": mode,
+            "attempt": train.get_context().get_attempt(),
+            "pid": os.getpid(),
+            "seen": _name_of(train.get_checkpoint()),
+        },
+    )
+
+
+def ft_train_fn(config: dict[str, Any]) -> None:
+    """``train_fn``'s run under ``TorchftConfig``: every rank is a torchft replica of one
+    small model (the same batches: the replicas stay equal), ``config["steps"]``
+    committed steps, one report per committed step, a checkpoint every ``ckpt_every``
+    steps that rank 0 saves alone (``shard-0.pt`` holds the replicas' state: one shard),
+    validated every ``validate_every``. A killed rank's replacement takes the state and
+    the report count from a live peer; a restart of every rank (no live peer left, a
+    driver killed) resumes from the checkpoint (``resume_from``). The same ledger and
+    markers as ``train_fn``.
+    """
+    import torch
+
+    from lumos.train.torch import prepare_torchft
+
+    ctx = train.get_context()
+    rank = ctx.get_world_rank()
+    job_id = _ray_job_id()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, META)) as f:
+                start = int(json.load(f)["step"])
+            shard = torch.load(os.path.join(d, shard_name(0)), weights_only=True)
+            if int(shard["step"]) != start:
+                raise RuntimeError(f"the checkpoint of step {start} holds step {shard['step']}")
+            model.load_state_dict(shard["model"])
+    ft = prepare_torchft(model, optimizer)
+    ft.resume_from(start)  # a replacement takes its peer's step at its first zero_grad
+    _mark(config, rank, "step", start)
+    steps = int(config["steps"])
+    while ft.step < steps:
+        ft.optimizer.zero_grad()
+        g = torch.Generator().manual_seed(ft.step)
+        x = torch.randn(32, 16, generator=g)
+        loss = torch.nn.functional.mse_loss(ft.model(x), x.sum(dim=1, keepdim=True))
+        _maybe_stall(config, "before_all_reduce")  # the others wait in torchft's all-reduce
+        loss.backward()
+        time.sleep(float(config["step_s"]))
+        ft.optimizer.step()
+        _maybe_stall(config, "after_all_reduce")  # ... in the next step's quorum
+        if not ft.committed:
+            continue  # repeated with the same batch
+        step = ft.step
+        metrics = {"step": step, "loss": float(loss.detach()), "attempt": ctx.get_attempt()}
+        name = f"step={step}" if step % int(config["ckpt_every"]) == 0 else None
+        if name is not None and rank == 0:
+            d = tempfile.mkdtemp(prefix="soak-ckpt-")
+            flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+            state = {"step": step, "rank": 0, "model": model.state_dict(), "w": flat}
+            torch.save(state, os.path.join(d, shard_name(0)))
+            _report_checkpoint(config, rank, step, metrics, d, train.CheckpointUploadMode.SYNC)
+        else:
+            train.report(metrics)
+        _reported(config, rank, step, name if rank == 0 else None, "sync", job_id)
+    _mark(config, rank, "done", steps)
 
 
 def _ray_job_id() -> str | None:

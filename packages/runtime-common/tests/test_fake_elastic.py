@@ -135,3 +135,54 @@ def test_preemption_notice_is_an_event_and_every_rank_sees_it() -> None:
     group.remove_workers([2])
     assert group.preemption_info() is None
     assert group.scaling_state().preempted_ranks == ()
+
+
+def _beat() -> None:
+    session = worker.get_session()
+    assert session is not None
+    while True:
+        session.raise_if_stop_requested()
+        session.emit("beat")
+        time.sleep(0.01)
+
+
+def test_vacate_and_refill_keep_every_rank_number_while_the_others_run() -> None:
+    group = FakeWorkerGroup(WorkerGroupSpec(num_workers=3, min_workers=2), fit=3)
+    group.launch(_beat)
+    group.kill_worker(1)
+    assert group.vacate_workers([1]).removed == [1]
+    assert len(group.workers) == 3
+    assert group.scaling_state().lost_ranks == (1,)
+    with pytest.raises(RuntimeUsageError, match="vacant"):
+        group.launch(_beat)
+    with pytest.raises(RuntimeUsageError, match="invalid"):
+        group.vacate_workers([0, 2])  # no worker would stay
+    assert group.refill_workers([1]).added == []  # no room
+    group.free_workers = 1
+    assert group.refill_workers([1]).added == [1]
+    group.launch(_beat, ranks=[1])
+    seen: set[int] = set()
+    deadline = time.monotonic() + 10
+    while seen != {0, 1, 2}:
+        assert time.monotonic() < deadline, seen
+        seen |= {e.rank for e in group.poll(timeout_s=0.5)}
+    group.shutdown(1.0)
+
+
+def test_a_barrier_does_not_wait_for_a_rank_that_left_during_the_launch() -> None:
+    from lumos.runtime._internal.relay import CollectiveRelay
+
+    sent: list[tuple[list[int], tuple[str, int]]] = []
+    relay = CollectiveRelay(3, lambda ranks, key, value: sent.append((ranks, key)))
+    relay.handle(0, ("barrier", 0), None)
+    relay.handle(2, ("barrier", 0), None)
+    assert sent == []
+    relay.excuse([1])  # rank 1 was replaced before it got there
+    assert sent == [([0, 2], ("barrier", 0))]
+    relay.handle(0, ("barrier", 1), None)
+    relay.handle(2, ("barrier", 1), None)  # later barriers of the launch do not wait either
+    assert sent[-1] == ([0, 2], ("barrier", 1))
+    relay.reset()  # a launch on every rank
+    relay.handle(0, ("barrier", 0), None)
+    relay.handle(2, ("barrier", 0), None)
+    assert len(sent) == 2

@@ -114,6 +114,8 @@ def test_protocol_members_are_what_the_controllers_use() -> None:
         "replace_workers",
         "remove_workers",
         "add_workers",
+        "vacate_workers",
+        "refill_workers",
         "free_resources",
         "scaling_state",
         "preemption_info",

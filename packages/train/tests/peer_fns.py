@@ -49,6 +49,17 @@ def _maybe_die(config: dict[str, Any], rank: int, step: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _maybe_stall(config: dict[str, Any], rank: int, step: int) -> None:
+    """``config["stall"] = [rank, step, seconds]``: that rank's training thread sleeps
+    once there (outside torchft and lumos: a stuck rank)."""
+    stall = config.get("stall")
+    marker = Path(config["log_dir"]) / "stalled"
+    if stall and rank == stall[0] and step >= stall[1] and not marker.exists():
+        marker.write_text(str(time.time()))
+        log(config, rank=rank, event="stall", step=step)
+        time.sleep(float(stall[2]))
+
+
 def _report(config: dict[str, Any], rank: int, step: int, loss: float, model: Any) -> None:
     """Every rank reports; rank 0 saves a checkpoint every ``checkpoint_every`` steps."""
     import tempfile
@@ -68,6 +79,18 @@ def _report(config: dict[str, Any], rank: int, step: int, loss: float, model: An
                      checkpoint_dir_name=f"step={step}")  # fmt: skip
 
 
+def target_step(config: dict[str, Any]) -> int:
+    """``config["steps"]``, or the step written into the ``config["until"]`` file once the
+    test wrote it (every rank reads the same one, so all stop at the same step)."""
+    until = config.get("until")
+    if until:
+        try:
+            return int(Path(until).read_text())
+        except (OSError, ValueError):
+            pass
+    return int(config["steps"])
+
+
 def ft_train(config: dict[str, Any]) -> None:
     """Data-parallel training under TorchftConfig; kills ranks as ``config["kills"]`` says."""
     import torch
@@ -76,7 +99,7 @@ def ft_train(config: dict[str, Any]) -> None:
     from lumos.train.torch import prepare_torchft
 
     rank = train.get_context().get_world_rank()
-    log(config, rank=rank, event="start", pid=os.getpid())
+    log(config, rank=rank, event="start", pid=os.getpid(), node=_node_id())
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
@@ -84,7 +107,7 @@ def ft_train(config: dict[str, Any]) -> None:
     ft = prepare_torchft(model, optimizer, state={"data": position})
     log(config, rank=rank, event="prepared")
     said_recovered = False
-    while ft.step < config["steps"]:
+    while ft.step < target_step(config):
         ft.optimizer.zero_grad()  # the quorum: a replacement takes its peer's state here
         if ft.recovered_at is not None and not said_recovered:
             said_recovered = True
@@ -95,14 +118,25 @@ def ft_train(config: dict[str, Any]) -> None:
         loss.backward()
         time.sleep(config.get("step_s", 0.0))
         ft.optimizer.step()
-        log(config, rank=rank, event="step", step=step, ok=ft.committed, n=ft.participants())
+        log(config, rank=rank, event="step", step=step, ok=ft.committed, n=ft.participants(),
+            pid=os.getpid())  # fmt: skip
         if ft.committed:
             position.consumed += 1
             if ft.step % config.get("report_every", 10) == 0:
                 _report(config, rank, ft.step, float(loss.detach()), model)
         _maybe_die(config, rank, ft.step)
+        _maybe_stall(config, rank, ft.step)
     weights = [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]
     log(config, rank=rank, event="done", step=ft.step, weights=weights, position=position.consumed)
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # not under Ray
+        return None
 
 
 def read_log(log_dir: str | Path) -> dict[int, list[dict[str, Any]]]:

@@ -172,6 +172,37 @@ def test_a_moving_rank_with_reports_is_never_stuck() -> None:
         assert judge.stuck(t * 0.5) is None
 
 
+def test_under_peer_recovery_a_wait_pauses_only_the_waiting_ranks_clock() -> None:
+    """TorchftConfig: rank 1 sleeps in user code while rank 0 waits in torchft's quorum
+    for it (an expected wait). Without ``per_rank`` nobody's clock would ever run."""
+    torchft = "in torchft (a quorum, a peer's state or a collective)"
+    found = None
+    for per_rank, fired in ((False, False), (True, True)):
+        judge = HangJudge(2, timeout_s=5, per_rank=per_rank)
+        found = None
+        for t in range(0, 30):
+            judge.observe(0, _s(1, exempt=torchft), t)
+            judge.observe(1, _s(1, where="train.py:9 in f"), t)
+            found = found or judge.stuck(t)
+        assert (found is not None) is fired
+    assert found is not None
+    assert found.stuck == (1,)  # rank 0 waits: its own clock is paused
+    assert found.culprits == (1,)
+    assert found.why[1] == "not inside a collective while rank(s) [0] wait in an expected wait"
+
+
+def test_under_peer_recovery_a_joining_rank_never_holds_the_others_clock() -> None:
+    judge = HangJudge(3, timeout_s=5, per_rank=True)
+    for t in range(0, 12):
+        judge.observe(0, _s(1), t)  # stuck in user code from the start
+        judge.observe(1, _s(t), t)  # trains on
+        judge.observe(2, _s(1, phase="setup") if t >= 2 else _s(t), t)  # replaced at 2
+    assert judge.stuck(3) is None
+    found = judge.stuck(11)
+    assert found is not None
+    assert found.stuck == (0,)
+
+
 class ScriptedProbe:
     """Answers every poll with ``samples`` (a dict the test edits)."""
 
@@ -244,6 +275,27 @@ def test_the_component_fires_once_writes_stacks_and_names_the_culprit(tmp_path: 
     assert core.idle(0.0) is None
 
 
+def test_under_peer_recovery_the_component_judges_the_same_attempt_again(
+    tmp_path: Path,
+) -> None:
+    """The stuck rank is replaced and the others go on: a later stall in the same attempt
+    is found too."""
+    core, dog, probe, now = _watchdog_core(tmp_path)
+    dog._peers = True
+    core.start()
+    core.begin_attempt(0, 2, None)
+    for round_ in range(2):
+        probe.samples = {0: _s(round_, collective="all_reduce"), 1: _s(round_, where="t.py:9")}
+        verdict = None
+        started = now[0]
+        while verdict is None and now[0] < started + 20:
+            now[0] += 0.5
+            verdict = core.idle(0.0)
+        assert isinstance(verdict, RanksStuck), round_
+        probe.samples = {0: _s(10 + round_, phase="setup"), 1: _s(10 + round_, phase="setup")}
+        core.idle(0.0)  # the replacement starts: the new judge waits for it
+
+
 def test_hang_timeout_is_validated() -> None:
     assert train.FailureConfig().hang_timeout_s == 600.0
     assert train.FailureConfig(hang_timeout_s=None).hang_timeout_s is None
@@ -305,4 +357,29 @@ def test_a_rank_that_returned_is_not_judged(tmp_path: Path) -> None:
         now[0] += 1
         moves += 1
         probe.samples[1] = _s(moves)
+        assert core.idle(0.0) is None
+
+
+def test_a_rank_replaced_by_peer_recovery_is_not_judged_on_its_old_process(
+    tmp_path: Path,
+) -> None:
+    """Its new process answers nothing until its function runs (a slow start on a loaded
+    machine): the old process's last sample must not make it look stuck."""
+    core, dog, probe, now = _watchdog_core(tmp_path)
+    dog._peers = True
+    core.start()
+    core.begin_attempt(0, 2, None)
+    torchft = "in torchft (a quorum, a peer's state or a collective)"
+    for moves in range(4):  # both train
+        probe.samples = {0: _s(moves, exempt=torchft), 1: _s(moves, where="t.py:9")}
+        now[0] += 0.5
+        assert core.idle(0.0) is None
+    probe.samples = {1: _s(9, where="t.py:9")}  # its last answer, rank 0's is late
+    now[0] += 0.5
+    assert core.idle(0.0) is None
+    now[0] += 10.0  # the driver starts its new process (seconds on a loaded machine)
+    core.rank_replaced(1)
+    probe.samples = {0: _s(9, exempt=torchft)}  # which answers nothing for a while
+    for _ in range(40):
+        now[0] += 0.5
         assert core.idle(0.0) is None

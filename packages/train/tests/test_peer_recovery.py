@@ -100,6 +100,54 @@ def test_a_rank_that_healed_from_a_peer_is_excused_from_the_reports_it_skipped()
     agg.finished(2)  # not an error: it never owed #1
 
 
+def test_each_complete_report_gives_one_history_row_in_order_even_without_rank_0() -> None:
+    agg = _aggregator(2)
+    agg.add(0, RankReport(0, {"step": 0, "by": 0}, None))
+    agg.add(1, RankReport(0, {"step": 0, "by": 1}, None))
+    agg.add(1, RankReport(1, {"step": 1, "by": 1}, None))
+    agg.excuse(0)  # rank 0 died before it sent #1: the row comes from rank 1
+    agg.add(1, RankReport(2, {"step": 2, "by": 1}, None))
+    agg.add(0, RankReport(4, {"step": 4, "by": 0}, None))  # its replacement joins at #4
+    agg.add(1, RankReport(3, {"step": 3, "by": 1}, None))
+    agg.add(1, RankReport(4, {"step": 4, "by": 1}, None))
+    rows = agg.take_rows()
+    assert [(i, r["by"]) for i, r in rows] == [(0, 0), (1, 1), (2, 1), (3, 1), (4, 0)]
+    assert agg.take_rows() == []
+
+
+AT = {"next": 0}
+
+
+def _jumping(config: dict[str, Any]) -> None:
+    """As under torchft: a replacement continues at the survivors' report count (it took
+    the count from a live peer), so it never sends the reports it missed."""
+    import time
+
+    from lumos.train._internal.reporting import CURRENT
+
+    rank = train.get_context().get_world_rank()
+    STARTS.append(rank)
+    session = CURRENT.get()
+    assert session is not None
+    if STARTS.count(rank) > 1:
+        time.sleep(0.05)  # the others report on meanwhile
+        session.next_index = AT["next"]
+    while session.next_index < config["n"]:
+        step = session.next_index
+        train.report({"step": step})
+        if rank == 2:
+            AT["next"] = step + 1
+        time.sleep(0.003)
+
+
+def test_a_replaced_rank_0_leaves_no_gap_in_the_history(tmp_path: Path) -> None:
+    STARTS.clear()
+    AT["next"] = 0
+    result, _, _ = _fake_fit(tmp_path, _jumping, 60, (6, 0), 3)
+    assert sorted(STARTS) == [0, 0, 1, 2]
+    assert [row["step"] for row in result.metrics_history] == list(range(60))
+
+
 def test_without_peer_recovery_a_jump_is_not_an_excuse() -> None:
     agg = ReportAggregator(world_size=2)
     agg.add(0, _report(0, "c0"))
@@ -344,7 +392,7 @@ def test_prepare_torchft_outside_a_torchft_run_says_what_is_needed() -> None:
 STEPS = 100
 
 
-def _fit(tmp_path: Path, name: str, kills: list[tuple[int, int]], workers: int) -> Any:
+def _fit(tmp_path: Path, name: str, kills: list[tuple[int, int]], workers: int, **more: Any) -> Any:
     import peer_fns
     from ray import cloudpickle
 
@@ -359,13 +407,16 @@ def _fit(tmp_path: Path, name: str, kills: list[tuple[int, int]], workers: int) 
         "kills": kills,
         "checkpoint_every": 20,
         "step_s": 0.04,
+        "stall": more.pop("stall", None),
     }
     result = TorchTrainer(
         peer_fns.ft_train,
         train_loop_config=config,
         torch_config=TorchftConfig(),
         scaling_config=train.ScalingConfig(num_workers=workers),
-        run_config=run_config(tmp_path, name, failure_config=train.FailureConfig(max_failures=2)),
+        run_config=run_config(
+            tmp_path, name, failure_config=train.FailureConfig(max_failures=2, **more)
+        ),
     ).fit()
     return result, peer_fns.read_log(log_dir)
 
@@ -411,3 +462,61 @@ def test_a_sigkilled_replica_is_replaced_while_the_others_keep_training(tmp_path
     reference = _events(clean_log, 0, "done")[0]["weights"]
     assert finals[0] == pytest.approx(reference, rel=1e-5, abs=1e-6)
     assert [len(_events(clean_log, r, "start")) for r in range(3)] == [1, 1, 1]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_stuck_replica_is_replaced_while_the_others_keep_training(tmp_path: Path) -> None:
+    """The hang watchdog names the rank whose thread sleeps (the others wait for it in
+    torchft, or train on without it); only that rank is replaced, in the same attempt."""
+    pytest.importorskip("torchft")
+    from lumos.storage import RunStorage
+
+    result, log = _fit(
+        tmp_path, "stuck", kills=[], workers=3, stall=[1, 30, 3600], hang_timeout_s=3.0
+    )
+    assert [len(_events(log, r, "start")) for r in range(3)] == [1, 2, 1]
+    (stall,) = _events(log, 1, "stall")
+    assert [e for e in _events(log, 1, "recovered") if e["t"] > stall["t"]]
+    state = RunStorage(tmp_path, "stuck").load_state()
+    assert state is not None
+    assert [a.status for a in state.attempts] == ["finished"]  # no restart of every rank
+    assert (tmp_path / "stuck" / "_lumos" / "hangs" / "attempt-0" / "hang.json").exists()
+    assert result.metrics["step"] == STEPS
+    finals = [_events(log, r, "done")[-1]["weights"] for r in range(3)]
+    assert finals[0] == finals[1] == finals[2]
+
+
+def _half_upload(config: dict[str, Any]) -> None:
+    """Rank 1's first function leaves a checkpoint half uploaded (as a kill in the middle
+    of its upload would) before it dies."""
+    import os
+    import time
+
+    rank = train.get_context().get_world_rank()
+    STARTS.append(rank)
+    for step in range(config["n"]):
+        if rank == 1 and step == 2 and STARTS.count(1) == 1:
+            half = os.path.join(config["storage"], "fake-peer", "step=half")
+            os.makedirs(half, exist_ok=True)
+            with open(os.path.join(half, "shard-1.pt"), "wb") as f:
+                f.write(b"half")
+        train.report({"step": step})
+        time.sleep(0.003)
+
+
+def test_a_finished_run_removes_what_a_replaced_rank_left_half_uploaded(tmp_path: Path) -> None:
+    from lumos.runtime.testing import FakeCluster
+    from lumos.storage import RunStorage
+
+    STARTS.clear()
+    cluster = FakeCluster([lambda g: g.after_reports(9, lambda g: g.kill_worker(1))])
+    trainer = _PeerTrainer(
+        _half_upload,
+        train_loop_config={"n": 30, "storage": str(tmp_path)},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path, "fake-peer", failure_config=FAILURES),
+        _group_factory=cluster.start,
+    )
+    trainer.fit()
+    assert sorted(STARTS) == [0, 1, 1]
+    assert RunStorage(str(tmp_path), "fake-peer").list_uncommitted() == []

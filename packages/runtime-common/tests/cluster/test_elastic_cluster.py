@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+from group_waits import assert_released, poll_until
 from ray.core.generated import autoscaler_pb2
 
 from lumos.runtime import (
@@ -54,21 +55,10 @@ def wait_for_notice() -> Any:
     return session.preemption_info()
 
 
-def _poll_until(
-    group: WorkerGroup, done: Callable[[list[Event]], bool], timeout_s: float = 60.0
-) -> list[Event]:
-    events: list[Event] = []
-    deadline = time.monotonic() + timeout_s
-    while not done(events):
-        assert time.monotonic() < deadline, f"timed out; got {events[-5:]}"
-        events += group.poll(timeout_s=1.0)
-    return events
-
-
 def _run(group: WorkerGroup) -> dict[int, tuple[int, int, int]]:
     group.launch(where)
     n = len(group.workers)
-    events = _poll_until(group, lambda evs: sum(isinstance(e, FinishedEvent) for e in evs) >= n)
+    events = poll_until(group, lambda evs: sum(isinstance(e, FinishedEvent) for e in evs) >= n)
     return {e.rank: e.result for e in events if isinstance(e, FinishedEvent)}
 
 
@@ -100,7 +90,7 @@ def test_starts_with_min_grows_on_a_new_node_and_shrinks_on_a_lost_one(cluster: 
         victim = next(n for n in cluster.worker_nodes if n.node_id == group.workers[1].node_id)
         pids = {w.world_rank: w.pid for w in group.workers}
         cluster.remove_node(victim)
-        events = _poll_until(group, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs))
+        events = poll_until(group, lambda evs: any(isinstance(e, WorkerDiedEvent) for e in evs))
         dead = sorted({e.rank for e in events if isinstance(e, WorkerDiedEvent)})
         assert dead == [1]
         decision = policy.make_decision(
@@ -113,7 +103,7 @@ def test_starts_with_min_grows_on_a_new_node_and_shrinks_on_a_lost_one(cluster: 
         final = _run(group)
         assert {r: v[:2] for r, v in final.items()} == {0: (0, 2), 1: (1, 2)}
         assert [final[0][2], final[1][2]] == [pids[0], pids[2]]
-    _assert_released()
+    assert_released()
 
 
 def test_sigterm_and_a_node_drain_are_preemption_notices(cluster: Any) -> None:
@@ -121,13 +111,13 @@ def test_sigterm_and_a_node_drain_are_preemption_notices(cluster: Any) -> None:
     with WorkerGroup.start(spec) as group:
         assert len(group.workers) == 2
         group.launch(wait_for_notice)
-        _poll_until(group, lambda evs: sum(isinstance(e, ReportEvent) for e in evs) >= 2)
+        poll_until(group, lambda evs: sum(isinstance(e, ReportEvent) for e in evs) >= 2)
 
         # SIGTERM to rank 0's process: a notice (with the default 30 s deadline), no death
         rank0 = group.workers[0]
         t0 = time.time()
         os.kill(rank0.pid, signal.SIGTERM)
-        events = _poll_until(group, _finished(2))
+        events = poll_until(group, _finished(2))
         notices = [e for e in events if isinstance(e, WorkerPreemptedEvent)]
         assert [(e.rank, e.node_id, e.reason) for e in notices] == [(0, rank0.node_id, "SIGTERM")]
         assert notices[0].deadline_ms is not None
@@ -148,7 +138,7 @@ def test_sigterm_and_a_node_drain_are_preemption_notices(cluster: Any) -> None:
             deadline_ms,
         )
         assert accepted, why
-        events = _poll_until(
+        events = poll_until(
             group, lambda evs: any(isinstance(e, WorkerPreemptedEvent) for e in evs)
         )
         drained = [e for e in events if isinstance(e, WorkerPreemptedEvent)]
@@ -159,20 +149,7 @@ def test_sigterm_and_a_node_drain_are_preemption_notices(cluster: Any) -> None:
         assert info.deadline_ms == deadline_ms  # the earlier of the two
         assert group.scaling_state().preempted_ranks == (0, 1)
         assert rank1.node_id in group.free_resources().draining
-    _assert_released()
-
-
-def _assert_released(timeout_s: float = 30.0) -> None:
-    """Every worker actor dead and every placement group removed (read from the GCS;
-    this cluster runs without the dashboard that ``assert_no_leaked_actors`` needs)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        actors = [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
-        pgs = [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
-        if not actors and not pgs:
-            return
-        assert time.monotonic() < deadline, f"left alive: {actors} {pgs}"
-        time.sleep(0.2)
+    assert_released()
 
 
 def _finished(n: int) -> Callable[[list[Event]], bool]:

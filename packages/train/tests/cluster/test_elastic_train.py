@@ -6,7 +6,6 @@ nodes as the next one expects (2 nodes, then 3).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import health_fns
 import pytest
 import ray
+from fit_thread import FitThread
 from ray.core.generated import autoscaler_pb2
 
 from lumos import train
@@ -22,35 +22,27 @@ from lumos.storage import RunStorage
 from lumos.train.torch import TorchTrainer
 
 
-class Run:
+class Run(FitThread):
     """``fit()`` in a thread, so the test can change the cluster meanwhile."""
 
     def __init__(self, tmp_path: Path, workers: Any, **config: Any) -> None:
         max_failures = config.pop("max_failures", 0)
         self.log = str(tmp_path / "log.jsonl")
         self.until = str(tmp_path / "stop")
-        self.result: train.Result | None = None
-        self.error: BaseException | None = None
-        self.trainer = TorchTrainer(
-            health_fns.loop,
-            train_loop_config={"log": self.log, "until": self.until, "step_s": 0.1, **config},
-            scaling_config=train.ScalingConfig(
-                num_workers=workers, elastic_resize_monitor_interval_s=0.5
-            ),
-            run_config=train.RunConfig(
-                name="run",
-                storage_path=str(tmp_path),
-                failure_config=train.FailureConfig(max_failures=max_failures),
-            ),
+        super().__init__(
+            TorchTrainer(
+                health_fns.loop,
+                train_loop_config={"log": self.log, "until": self.until, "step_s": 0.1, **config},
+                scaling_config=train.ScalingConfig(
+                    num_workers=workers, elastic_resize_monitor_interval_s=0.5
+                ),
+                run_config=train.RunConfig(
+                    name="run",
+                    storage_path=str(tmp_path),
+                    failure_config=train.FailureConfig(max_failures=max_failures),
+                ),
+            )
         )
-        self.thread = threading.Thread(target=self._fit, daemon=True)
-        self.thread.start()
-
-    def _fit(self) -> None:
-        try:
-            self.result = self.trainer.fit()
-        except BaseException as exc:
-            self.error = exc
 
     def records(self) -> list[dict[str, Any]]:
         try:
@@ -61,21 +53,18 @@ class Run:
     def starts(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if "start" in r]
 
-    def wait(self, what: str, ok: Callable[[], bool], timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ok():
-            assert self.thread.is_alive(), f"fit() ended before {what}: {self.error!r}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.starts()}"
-            time.sleep(0.1)
+    def wait(
+        self,
+        what: str,
+        ok: Callable[[], bool],
+        timeout_s: float = 120.0,
+        detail: Callable[[], Any] | None = None,
+    ) -> None:
+        super().wait(what, ok, timeout_s, detail or self.starts)
 
     def finish(self) -> train.Result:
         Path(self.until).touch()
-        self.thread.join(timeout=180)
-        assert not self.thread.is_alive(), "fit() did not return"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
+        return self.join()
 
 
 def _steps(result: train.Result) -> list[int]:

@@ -3,6 +3,10 @@
 An elastic group (``WorkerGroupSpec(min_workers=...)``) starts with as many workers
 as fit, one placement group each (``elastic.start_elastic``), and later drops ranks
 (``remove_workers``) or adds them (``add_workers``) without touching the others.
+Jobs whose ranks go on training while others leave and join (per-step fault
+tolerance: every rank its own torchft replica) resize without re-numbering:
+``vacate_workers`` leaves a rank without a worker, ``refill_workers`` places a new
+worker into a vacant rank, or moves a live one (a preemption notice).
 ``free_resources`` and ``scaling_state`` are what a ``ScalingPolicy`` decides from.
 ``ElasticGroup`` adds these to ``GroupCore``; ``WorkerGroup`` is built on it.
 """
@@ -94,6 +98,7 @@ class ElasticGroup(GroupCore):
         keep = [r for r in range(len(self._actors)) if r not in gone]
         mapping = {old: new for new, old in enumerate(keep)}
         self._mux.rekey(mapping)
+        self._vacant = {mapping[r] for r in self._vacant if r in mapping}
         self._actors = [self._actors[r] for r in keep]
         self._rank_pgs = [self._rank_pgs[r] for r in keep]
         self._bundles = [self._bundles[r] for r in keep]
@@ -162,6 +167,113 @@ class ElasticGroup(GroupCore):
             elapsed_s=time.monotonic() - t0,
         )
 
+    def vacate_workers(self, ranks: list[int]) -> ResizeResult:
+        """Shrink in place: end the workers of ``ranks`` (dead or alive) and release their
+        placement groups; no rank is re-numbered.
+
+        For jobs whose ranks go on while others leave (per-step fault tolerance: each
+        rank is its own torchft replica): the running functions keep their world rank.
+        A vacant rank gets no launch, message or event; ``scaling_state`` counts it as
+        lost; ``refill_workers`` places a new worker there, ``remove_workers`` drops it.
+        A launch on every rank is refused while a rank is vacant.
+
+        Args:
+            ranks: World ranks to vacate; at least one worker must stay.
+
+        Returns:
+            The change (``removed``: the vacated ranks; ``world_size``: the number of
+            ranks, vacant ones included).
+
+        Raises:
+            RuntimeUsageError: The group is not elastic, a rank is out of range, or no
+                worker would stay.
+        """
+        self._check_open()
+        t0 = time.monotonic()
+        self._require_elastic("vacate_workers")
+        gone = sorted(set(ranks))
+        n = len(self._actors)
+        if any(not 0 <= r < n for r in gone) or not set(range(n)) - self._vacant - set(gone):
+            raise RuntimeUsageError(
+                f"vacate_workers(ranks={ranks!r}) is invalid: ranks must be in 0..{n - 1} "
+                "and at least one worker must stay"
+            )
+        for rank in gone:
+            self._kill_rank(rank)
+            self._mux.remove(rank)
+            remove_placement_group_quietly(self._rank_pgs[rank])
+        self._vacant |= set(gone)
+        self._relay.excuse(gone)
+        self._sync_preemption(force=True)
+        live = {r: r for r in range(n) if r not in self._vacant}
+        return ResizeResult(live, removed=gone, world_size=n, elapsed_s=time.monotonic() - t0)
+
+    def refill_workers(self, ranks: list[int], timeout_s: float = 0.0) -> ResizeResult:
+        """Give ``ranks`` new workers: as many as can be placed within ``timeout_s``, in
+        the order given; no rank is re-numbered and no other worker is touched.
+
+        A vacant rank (``vacate_workers``) is filled. A live rank moves: its new worker
+        is started first (Ray places nothing on a draining node), then its old worker
+        is ended, with its function, and the new one takes its rank (a preemption
+        notice's move, for jobs whose other ranks go on meanwhile). Each new worker
+        gets a placement group of its own (the warm standby takes a rank where one is
+        placed on its node) and idles until ``launch(ranks=...)``. A fixed-size group
+        may move its ranks too (only an elastic one has vacant ranks); the bundle a moved
+        rank leaves in the group's placement group stays reserved until the group ends.
+
+        Args:
+            ranks: World ranks to give a new worker.
+            timeout_s: How long to wait for placement (0: only what fits now).
+
+        Returns:
+            The change (``added``: the ranks that got a new worker; ``from_standby``).
+
+        Raises:
+            RuntimeUsageError: A rank is out of range.
+            WorkerGroupStartError: A placed worker failed to start (it is released).
+        """
+        self._check_open()
+        t0 = time.monotonic()
+        n = len(self._actors)
+        wanted = list(dict.fromkeys(ranks))
+        if any(not 0 <= r < n for r in wanted):
+            raise RuntimeUsageError(
+                f"refill_workers(ranks={ranks!r}) is invalid: ranks must be in 0..{n - 1}"
+            )
+        placed = []
+        if wanted:
+            placed = place_more(self.spec, len(wanted), timeout_s, self._standby.node_id())
+        filled, from_standby = self._seat(wanted[: len(placed)], placed) if placed else ([], [])
+        return ResizeResult(
+            {r: r for r in range(n) if r not in self._vacant},
+            added=filled,
+            from_standby=from_standby,
+            world_size=n,
+            elapsed_s=time.monotonic() - t0,
+        )
+
+    def _seat(
+        self, ranks: list[int], placed: list[tuple[PlacementGroup, str]]
+    ) -> tuple[list[int], list[int]]:
+        """Start a worker in each of ``placed`` and give it the rank of the same index
+        (ending the rank's old worker); returns ``(ranks, those the standby took)``."""
+        actors, metas, by_standby = self._fill(placed)
+        old = [meta_of(info) for info in self.workers]
+        for i, rank in enumerate(ranks):
+            self._kill_rank(rank)  # a live rank moves; a vacant one's actor is gone already
+            self._mux.remove(rank)
+            if rank not in self._vacant and self._rank_pgs[rank] is not self._pg:
+                remove_placement_group_quietly(self._rank_pgs[rank])  # its own (elastic, moved)
+            self._vacant.discard(rank)
+            self._actors[rank], self._rank_pgs[rank] = actors[i], placed[i][0]
+            self._bundles[rank], self._msg_seq[rank] = 0, 0
+            self._mux.add(rank, actors[i], metas[i]["node_id"])
+            old[rank] = metas[i]
+        self.workers = infos_keep_ranks(old)
+        self._relay.excuse(ranks)
+        self._after_resize()
+        return ranks, [ranks[i] for i in by_standby]
+
     def _fill(
         self, placed: list[tuple[PlacementGroup, str]]
     ) -> tuple[list[Any], list[dict[str, Any]], list[int]]:
@@ -200,7 +312,8 @@ class ElasticGroup(GroupCore):
     def scaling_state(self, lost_ranks: list[int] | None = None) -> GroupState:
         """The group as a ``ScalingPolicy`` sees it (``lost_ranks``: failed, not replaced)."""
         notice = self._preemption.current(self.workers)
-        return group_state(self.spec, len(self._actors), notice, lost_ranks)
+        lost = sorted(set(lost_ranks or ()) | self._vacant)
+        return group_state(self.spec, len(self._actors), notice, lost)
 
     def _require_elastic(self, what: str) -> None:
         if not self.spec.elastic:

@@ -13,6 +13,7 @@ from lumos.runtime._internal.errors import (
     RuntimeConfigError,
     RuntimeUsageError,
     WorkerGroupError,
+    WorkerGroupStartError,
 )
 from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
 from lumos.runtime._internal.fake_workers import FakeWorkers
@@ -45,6 +46,8 @@ class FakeWorkerGroup(FakeWorkers):
             script capacity coming back (``add_workers`` uses it, ``free_resources``
             reports it as ``resources_per_worker`` times this on one fake node).
         shutdown_calls: How often ``shutdown`` was called.
+        failing_starts: How many more ``refill_workers`` calls fail to start their
+            workers (``WorkerGroupStartError``), as a real start can.
     """
 
     def __init__(self, spec: WorkerGroupSpec, num_nodes: int = 1, fit: int | None = None) -> None:
@@ -64,6 +67,8 @@ class FakeWorkerGroup(FakeWorkers):
         self.resizes: list[ResizeResult] = []
         self._notices: dict[int, tuple[int | None, str]] = {}  # rank -> (deadline, reason)
         self._added_nodes = 0
+        self._vacant: set[int] = set()
+        self.failing_starts = 0
         self.shutdown_calls = 0
 
     @classmethod
@@ -100,6 +105,10 @@ class FakeWorkerGroup(FakeWorkers):
                 "session_info": session_info,
             }
         )
+        if ranks is None and self._vacant:
+            raise RuntimeUsageError(
+                f"launch() on every rank while {sorted(self._vacant)} are vacant"
+            )
         if ranks is None:
             self._relay.world_size = len(self.workers)
             self._relay.reset()
@@ -161,7 +170,10 @@ class FakeWorkerGroup(FakeWorkers):
         """Revive ``ranks`` (their old threads are asked to stop); no standby here."""
         self._check_open()
         self.replaced.append(list(ranks))
+        self._dead |= set(ranks)  # the old threads' last events are dropped, as Ray's are
         self._stop_all(ranks, 1.0)
+        self._drop_queued(ranks)
+        self._relay.excuse(list(ranks))
         for r in ranks:
             self._dead.discard(r)
             self._sessions.pop(r, None)
@@ -184,6 +196,7 @@ class FakeWorkerGroup(FakeWorkers):
         keep = [r for r in range(n) if r not in gone]
         mapping = {old: new for new, old in enumerate(keep)}
         self._rekey(mapping)
+        self._vacant = {mapping[r] for r in self._vacant if r in mapping}
         self._notices = {mapping[r]: v for r, v in self._notices.items() if r in mapping}
         self.workers = _infos([self.workers[r].node_id for r in keep])
         result = ResizeResult(
@@ -216,6 +229,54 @@ class FakeWorkerGroup(FakeWorkers):
         self._after_resize(result)
         return result
 
+    def vacate_workers(self, ranks: list[int]) -> ResizeResult:
+        """End ``ranks``' threads; they stay vacant, nothing is re-numbered (as
+        ``WorkerGroup.vacate_workers``; their capacity is gone, like a lost node's)."""
+        self._check_open()
+        self._require_elastic("vacate_workers")
+        n = len(self.workers)
+        gone = sorted(set(ranks))
+        if any(not 0 <= r < n for r in gone) or not set(range(n)) - self._vacant - set(gone):
+            raise RuntimeUsageError(f"vacate_workers(ranks={ranks!r}) is invalid")
+        self._stop_all(gone, 1.0)
+        self._dead |= set(gone)
+        self._vacant |= set(gone)
+        self._relay.excuse(gone)
+        live = {r: r for r in range(n) if r not in self._vacant}
+        result = ResizeResult(live, removed=gone, world_size=n)
+        self._after_resize(result)
+        return result
+
+    def refill_workers(self, ranks: list[int], timeout_s: float = 0.0) -> ResizeResult:
+        """New workers for ``ranks`` (vacant, or live ones that move), at most
+        ``free_workers``, each on a new fake node (as ``WorkerGroup.refill_workers``)."""
+        self._check_open()
+        n = len(self.workers)
+        if any(not 0 <= r < n for r in ranks):
+            raise RuntimeUsageError(f"refill_workers(ranks={ranks!r}) is invalid")
+        filled = list(dict.fromkeys(ranks))[: max(0, self.free_workers)]
+        if filled and self.failing_starts > 0:
+            self.failing_starts -= 1
+            raise WorkerGroupStartError(f"a worker for rank(s) {filled} failed to start (scripted)")
+        self.free_workers -= len(filled)
+        self._dead |= set(filled)  # a live rank moves: its old thread's last events are dropped
+        self._stop_all(filled, 1.0)
+        self._drop_queued(filled)
+        self._relay.excuse(filled)
+        nodes = [w.node_id for w in self.workers]
+        for r in filled:
+            self._dead.discard(r)
+            self._vacant.discard(r)
+            self._sessions.pop(r, None)
+            self._notices.pop(r, None)
+            nodes[r] = f"fake-node-added-{self._added_nodes}"
+            self._added_nodes += 1
+        self.workers = _infos(nodes)
+        live = {r: r for r in range(n) if r not in self._vacant}
+        result = ResizeResult(live, added=filled, world_size=n)
+        self._after_resize(result)
+        return result
+
     def free_resources(self) -> FreeResources:
         """``free_workers`` times ``resources_per_worker``, on one fake node."""
         if self.free_workers <= 0:
@@ -224,8 +285,9 @@ class FakeWorkerGroup(FakeWorkers):
         return FreeResources({"fake-free-node": res})
 
     def scaling_state(self, lost_ranks: list[int] | None = None) -> GroupState:
-        """As ``WorkerGroup.scaling_state``."""
-        return group_state(self.spec, len(self.workers), self.preemption_info(), lost_ranks)
+        """As ``WorkerGroup.scaling_state`` (vacant ranks count as lost)."""
+        lost = sorted(set(lost_ranks or ()) | self._vacant)
+        return group_state(self.spec, len(self.workers), self.preemption_info(), lost)
 
     def preemption_info(self) -> PreemptionInfo | None:
         """The scripted notices (``preempt_workers``) of the current workers."""

@@ -187,6 +187,14 @@ class FakeWorkers(ShutsDownOnExit):
             self._queue.items.clear()
             self._queue.items.extend(items)
 
+    def _drop_queued(self, keys: Iterable[int]) -> None:
+        """Forget what ``keys``' workers queued (their workers are replaced)."""
+        gone = set(keys)
+        with self._queue.cond:
+            items = [(k, item) for k, item in self._queue.items if k not in gone]
+            self._queue.items.clear()
+            self._queue.items.extend(items)
+
     def _run_actions(self) -> None:
         due = [a for a in self._actions if a[0] <= self.reports_seen]
         if due:

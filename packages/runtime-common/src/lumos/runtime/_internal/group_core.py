@@ -59,6 +59,7 @@ class GroupCore(ShutsDownOnExit):
             self._mux.add(rank, actor, infos[rank].node_id)
         self._closed = False
         self._fn_counter = 0
+        self._vacant: set[int] = set()  # ranks without a worker (``vacate_workers``)
         if spec.elastic:
             pick = functools.partial(roomiest_node, spec.resources_per_worker)
             self._standby = Standby(spec, None, 0, pick_node=pick)

@@ -63,6 +63,14 @@ class WorkerGroupProtocol(Protocol):
         """Elastic grow: add up to ``count`` workers placed within ``timeout_s``."""
         ...
 
+    def vacate_workers(self, ranks: list[int]) -> ResizeResult:
+        """Elastic shrink in place: end ``ranks``' workers; no rank is re-numbered."""
+        ...
+
+    def refill_workers(self, ranks: list[int], timeout_s: float = 0.0) -> ResizeResult:
+        """Elastic: new workers for vacant ``ranks`` (or moved live ones) placed in time."""
+        ...
+
     def free_resources(self) -> FreeResources:
         """Free resources of the cluster's schedulable nodes (for a ``ScalingPolicy``)."""
         ...

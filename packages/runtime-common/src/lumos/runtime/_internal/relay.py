@@ -20,14 +20,29 @@ class CollectiveRelay:
         self.world_size = world_size
         self._send = send
         self._pending: dict[tuple[str, int], dict[int, Any]] = {}
+        self._excused: set[int] = set()  # left during this launch: never arrive
 
     def handle(self, rank: int, key: tuple[str, int], value: Any) -> None:
-        arrived = self._pending.setdefault(key, {})
-        arrived[rank] = value
-        if len(arrived) >= self.world_size:
+        self._pending.setdefault(key, {})[rank] = value
+        self._release(key)
+
+    def excuse(self, ranks: list[int]) -> None:
+        """``ranks``' workers left while the others run (replaced, vacated, moved): no
+        barrier or broadcast of this launch waits for them, nor answers them (a rank that
+        joins later does not take part in them)."""
+        self._excused |= set(ranks)
+        for key in list(self._pending):
+            self._release(key)
+
+    def _release(self, key: tuple[str, int]) -> None:
+        arrived = self._pending[key]
+        waiting = [r for r in range(self.world_size) if r not in self._excused]
+        if all(r in arrived for r in waiting):
             del self._pending[key]
             answer = arrived.get(0) if key[0] == "bcast" else None
-            self._send(list(range(self.world_size)), key, answer)
+            self._send(waiting, key, answer)
 
     def reset(self) -> None:
+        """A launch on every rank: nothing pending, nobody excused."""
         self._pending.clear()
+        self._excused.clear()

@@ -15,6 +15,10 @@ no clock, no I/O: every input is an argument.
   checkpoint, so no reported step is lost.
 * **Loss** (:meth:`ResizePolicy.lost_preempted`): when only ranks under a notice died,
   the loss counts against ``max_preemption_failures``, not ``max_failures``.
+* **Joins** (:meth:`ResizePolicy.peer_joins`): when ranks join a running attempt and
+  take their state from a live peer (per-step fault tolerance), no checkpoint boundary
+  is needed: lost ranks stay vacant, and vacant ranks are refilled, or new ranks added,
+  as soon as the scaling policy finds room.
 """
 
 from __future__ import annotations
@@ -126,6 +130,30 @@ class ResizePolicy:
         if isinstance(decision, NoopDecision):
             return group_size - lost
         return decision.num_workers
+
+    def peer_joins(
+        self, decision: ScalingDecision, live: int, vacant: int, group_size: int
+    ) -> tuple[int, int]:
+        """How many ranks join a running attempt now, when a joining rank takes its state
+        from a live peer (per-step fault tolerance): ``(vacant ranks to refill, ranks to
+        add)``.
+
+        Args:
+            decision: The scaling policy's answer (vacant ranks counted as lost).
+            live: Ranks that have a worker.
+            vacant: Ranks that have none (lost, not refilled yet).
+            group_size: Every rank, vacant ones included.
+
+        Example:
+            >>> ResizePolicy(elastic=True).peer_joins(ResizeDecision(3), 2, 1, 3)
+            (1, 0)
+        """
+        if not self.elastic or not isinstance(decision, ResizeDecision):
+            return 0, 0
+        more = max(0, decision.num_workers - live)
+        refill = min(more, vacant)
+        add = max(0, decision.num_workers - group_size) if refill == vacant else 0
+        return refill, add
 
     def lost_preempted(
         self, failures: Sequence[WorkerFailure], preempted: Collection[int], so_far: int

@@ -27,7 +27,12 @@ from lumos.runtime._internal.actor_factory import (
     remove_placement_group_quietly,
 )
 from lumos.runtime._internal.elastic_group import ElasticGroup
-from lumos.runtime._internal.errors import RemoteError, RuntimeConfigError, WorkerGroupError
+from lumos.runtime._internal.errors import (
+    RemoteError,
+    RuntimeConfigError,
+    RuntimeUsageError,
+    WorkerGroupError,
+)
 from lumos.runtime._internal.events import Event, WorkerPreemptedEvent
 from lumos.runtime._internal.pg_owner import (
     creator_actor_id,
@@ -144,6 +149,11 @@ class WorkerGroup(ElasticGroup):
         if per_rank_kwargs is not None and len(per_rank_kwargs) != len(self._actors):
             raise RuntimeConfigError(
                 f"per_rank_kwargs has {len(per_rank_kwargs)} entries: need one per worker ({len(self._actors)})"
+            )
+        if ranks is None and self._vacant:
+            raise RuntimeUsageError(
+                f"launch() on every rank while rank(s) {sorted(self._vacant)} are vacant "
+                "(vacate_workers): refill_workers() or remove_workers() them first, or pass ranks="
             )
         if ranks is None:
             self._relay.world_size = len(self._actors)  # the size may have changed (elastic)
@@ -314,7 +324,7 @@ class WorkerGroup(ElasticGroup):
             self._msg_seq[rank] = 0
             self._mux.add(rank, new[rank], by_rank[rank]["node_id"])
         self.workers = infos_keep_ranks(metas)
-        self._relay.reset()
+        self._relay.excuse(ranks)  # the others may be in a barrier (a full launch resets it)
         return from_standby
 
     def _start_replacements(
@@ -364,12 +374,12 @@ class WorkerGroup(ElasticGroup):
                 self._kill_rank(rank)
             self._standby.close()
             self._mux.clear()
+            own = {id(pg): pg for pg in self._rank_pgs if pg is not self._pg}
             if self._pg is not None:
                 remove_placement_group_quietly(self._pg)
                 self._pg = None
-            if self.spec.elastic:
-                for pg in self._rank_pgs:  # one per rank
-                    remove_placement_group_quietly(pg)
+            for pg in own.values():  # one per rank (elastic), or a moved rank's
+                remove_placement_group_quietly(pg)
             self._rank_pgs = []
 
     # -- helpers ----------------------------------------------------------------------

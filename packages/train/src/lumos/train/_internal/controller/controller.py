@@ -44,6 +44,7 @@ from lumos.train._internal.controller import attempt_log, messages
 from lumos.train._internal.controller.components.elastic import ElasticComponent
 from lumos.train._internal.controller.components.hang_watchdog import ray_hang_watchdog
 from lumos.train._internal.controller.components.peer_recovery import PeerRecovery
+from lumos.train._internal.controller.components.peer_resize import PeerResize
 from lumos.train._internal.controller.core import RunCore
 from lumos.train._internal.controller.failures import failure_of, upload_failure
 from lumos.train._internal.controller.group import GroupDriver
@@ -119,9 +120,9 @@ class TrainController:
             min_workers=group_spec.min_workers or 1,
             placement_timeout_s=group_spec.placement_timeout_s,
         )
-        self.peer = PeerRecovery(
-            self.workers, run.console, spec.failure_policy, spec.backend.peer_recovery
-        )
+        peers = spec.backend.peer_recovery  # torchft: the group changes while ranks train
+        resize = PeerResize(self.workers, self.elastic, run.console) if peers else None
+        self.peer = PeerRecovery(self.workers, run.console, spec.failure_policy, peers, resize)
         extra = (self.elastic, self.peer, *ray_hang_watchdog(spec, self.workers))
         self.core = RunCore(run, spec.run_state, self._notify, extra=extra)
         self.state: ControllerState = InitializingState()
@@ -210,7 +211,7 @@ class TrainController:
         if batch.failures and batch.verdict is None:
             recovered = self.peer.recover(batch.failures, self.failures_so_far, core)
             if recovered is not None:  # replaced from a live peer: the others train on
-                self.failures_so_far += 1
+                self.failures_so_far += 0 if recovered.preemption else 1
                 batch = _Batch(verdict=recovered.verdict)
             else:
                 batch = self._collect_other_endings(batch)
@@ -226,6 +227,9 @@ class TrainController:
         if batch.failures:
             return RestartingState(tuple(batch.failures), state.attempt, ended, batch.stragglers)
         if attempt.running:
+            joined = self.peer.step(core)  # torchft, elastic: ranks join while others train
+            if joined is not None:
+                return self._on_verdict(state, joined, frozenset())
             move = self.elastic.step()
             return state if move is None else ResizingState(move, state.attempt, ended)
         pending = core.outstanding()
@@ -241,6 +245,12 @@ class TrainController:
         if isinstance(verdict, RunBroken):
             return ErroredState(self.core.broken_error(verdict))
         attempt = self.core.attempt
+        if isinstance(verdict, RanksStuck):  # torchft: only the stuck ranks are replaced
+            recovered = self.peer.recover(verdict.failures, self.failures_so_far, self.core)
+            if recovered is not None:
+                self.failures_so_far += 1
+                found = recovered.verdict
+                return state if found is None else self._on_verdict(state, found, dead)
         if isinstance(verdict, RanksStuck):  # a failure: the stuck ranks' processes are
             # replaced (the others' collectives fail then); avoiding nodes needs a new group
             ended = frozenset(range(attempt.world_size)) - attempt.running

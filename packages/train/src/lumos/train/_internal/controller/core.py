@@ -197,7 +197,8 @@ class RunCore:
     def on_report(self, rank: int, report: RankReport) -> Verdict | None:
         """A rank's ``train.report()``; rank 0's is checked before it can commit."""
         if rank == 0:
-            self.metrics.add(report.index, report.metrics)
+            if not self.attempt.reports.follows_peers:  # else: once complete (_aggregate)
+                self.metrics.add(report.index, report.metrics)
             verdict = self._first(lambda c: c.report_received(report))
             if verdict is not None:
                 return verdict
@@ -222,10 +223,14 @@ class RunCore:
 
         return self._aggregate(finished)
 
-    def rank_replaced(self, rank: int) -> Verdict | None:
-        """Peer recovery: ``rank`` is replaced while the others go on (its function runs
-        again and joins the attempt); reports stop waiting for it until it reports."""
-        self.attempt.running.add(rank)
+    def rank_replaced(self, rank: int, joins: bool = True) -> Verdict | None:
+        """Peer recovery: ``rank`` (maybe a new one) joins the running attempt while the others
+        go on, or stays vacant (``joins=False``); reports stop waiting for it until it reports."""
+        if joins:
+            self.attempt.world_size = max(self.attempt.world_size, rank + 1)
+            for c in self.components:
+                c.rank_joined(rank)
+        (self.attempt.running.add if joins else self.attempt.running.discard)(rank)
         return self._aggregate(lambda: self.attempt.reports.excuse(rank))
 
     def idle(self, timeout_s: float) -> Verdict | None:
@@ -320,7 +325,13 @@ class RunCore:
         metrics are the history's last row, so a resumed run returns what an
         uninterrupted one does."""
         self.end_attempt("finished", None)
+<<<<<<< HEAD
         self.book.finish()
+=======
+        if self.attempt.reports.follows_peers:  # a replaced rank's upload that never committed
+            self.delete_uncommitted(announce=True)
+        self.book.set_status("finished")
+>>>>>>> wt27
         result = self.book.result()
         storage = self.run.storage
         self.console.info(
@@ -388,6 +399,8 @@ class RunCore:
             commits = call()
         except CheckpointReportError as error:  # a misuse no retry can fix
             return RunBroken(error)
+        for index, row in self.attempt.reports.take_rows():  # peer recovery: complete ones
+            self.metrics.add(index, row)
         for commit in commits:
             verdict = self._commit(commit)
             if verdict is not None:
@@ -427,11 +440,8 @@ class RunCore:
 
     def _first(self, hook: Callable[[Component], Verdict | None]) -> Verdict | None:
         """Call ``hook`` on every component; the first verdict wins."""
-        verdict: Verdict | None = None
-        for c in self.components:
-            found = hook(c)
-            verdict = verdict or found
-        return verdict
+        verdicts = [hook(c) for c in self.components]  # every hook runs
+        return next((v for v in verdicts if v is not None), None)
 
     def _parent_stopped(self) -> bool:
         ctx = self.run.job_context

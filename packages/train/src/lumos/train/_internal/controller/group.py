@@ -49,6 +49,7 @@ class GroupDriver:
         self.group: WorkerGroupProtocol | None = None
         self._avoid: tuple[str, ...] = ()
         self.replaced: list[Replacement] = []  # in the running group since it started
+        self.vacant: set[int] = set()  # ranks without a worker (``vacate``)
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -74,6 +75,7 @@ class GroupDriver:
         """Shut down the current group (if any) and start a new one."""
         self.shutdown()
         self.replaced = []
+        self.vacant = set()
         if self._avoid and not spec.elastic:
             spec, self._avoid = replace(spec, avoid_nodes=self._avoid), ()
         t0 = time.monotonic()
@@ -141,22 +143,46 @@ class GroupDriver:
         return extra_dead
 
     def resize(self, remove: list[int], target: int, wait_s: float) -> tuple[int, int, float]:
-        """Elastic groups: drop ``remove`` (ranks whose functions ended), then grow toward
-        ``target`` workers with what can be placed within ``wait_s``.
+        """Elastic groups: drop ``remove`` (ranks whose functions ended) and the vacant
+        ranks, then grow toward ``target`` workers with what can be placed within ``wait_s``.
 
         Returns:
             ``(size before, size after, seconds)``.
         """
         group = self.current()
         t0 = time.monotonic()
-        before = len(group.workers)
+        before = len(group.workers) - len(self.vacant)
+        remove = sorted(set(remove) | self.vacant)
+        self.vacant = set()
         if remove:
-            group.remove_workers(sorted(remove))
+            group.remove_workers(remove)
         missing = target - len(group.workers)
         if missing > 0:
             group.add_workers(missing, timeout_s=wait_s)
         group.poll(0)  # whatever is still queued belongs to the ended attempt: drop it
         return before, len(group.workers), time.monotonic() - t0
+
+    def vacate(self, ranks: list[int]) -> None:
+        """Elastic groups: leave ``ranks`` without a worker; the others keep running and
+        keep their ranks (``WorkerGroup.vacate_workers``)."""
+        self.current().vacate_workers(sorted(ranks))
+        self.vacant |= set(ranks)
+
+    def refill(self, ranks: list[int], wait_s: float) -> list[int]:
+        """Elastic groups: new workers for ``ranks`` (vacant ones, or live ones that move)
+        placed within ``wait_s``; returns the ranks that got one."""
+        t0 = time.monotonic()
+        result = self.current().refill_workers(sorted(ranks), timeout_s=wait_s)
+        if result.added:
+            self.vacant -= set(result.added)
+            self.replaced.append(Replacement(tuple(result.added), tuple(result.from_standby)))
+            seconds = time.monotonic() - t0
+            self._console.info(messages.replaced_line(result.added, result.from_standby, seconds))
+        return list(result.added)
+
+    def add(self, count: int, wait_s: float) -> list[int]:
+        """Elastic groups: up to ``count`` more ranks placed within ``wait_s`` (new numbers)."""
+        return list(self.current().add_workers(count, timeout_s=wait_s).added)
 
     def replace_ranks(self, ranks: list[int]) -> None:
         """Replace ``ranks``' workers (the standby first) while the others keep running."""

@@ -10,6 +10,10 @@ report count grows or its training thread's stack moved since the previous sampl
 * **Expected waits reset everyone's clock**: while any rank is somewhere a long wait
   is expected (``train.report`` saving or uploading a checkpoint, waiting for a
   validation; ``torch.save``; an import) the others may wait for it in a collective.
+* **Per rank under peer recovery** (``per_rank``: ``TorchftConfig``): an expected wait
+  pauses only that rank's own clock, and counts as waiting for the others (a torchft
+  quorum or collective, a report waiting for its commit: bounded, and a rank that holds
+  them up is outside any wait). A stuck rank is found while the others train on or wait.
 * **Stuck**: a rank without progress for ``timeout_s`` (counted from the latest of
   its own progress, the arming and the last expected wait of any rank).
 * **Culprit**: the ranks not inside a collective while others wait in one (the stuck
@@ -55,11 +59,13 @@ class HangJudge:
     Args:
         world_size: The attempt's number of ranks.
         timeout_s: How long a rank may make no progress.
+        per_rank: Expected waits pause only the waiting rank's clock (peer recovery).
     """
 
-    def __init__(self, world_size: int, timeout_s: float) -> None:
+    def __init__(self, world_size: int, timeout_s: float, per_rank: bool = False) -> None:
         self.world_size = world_size
         self.timeout_s = timeout_s
+        self.per_rank = per_rank
         self.ranks: dict[int, _Rank] = {}
         self.armed_at: float | None = None
         self.expected_at = float("-inf")
@@ -72,7 +78,10 @@ class HangJudge:
         else:
             old.sample = sample
         if sample.phase == "setup" or sample.position.exempt is not None:
-            self.expected_at = now
+            if self.per_rank:
+                self.ranks[rank].progress_at = now
+            else:
+                self.expected_at = now
         if self.armed_at is None and self._all_in_user():
             self.armed_at = now
 
@@ -107,6 +116,8 @@ class HangJudge:
         waiting = {
             r: c for r, v in ranks.items() if (c := v.sample.position.collective) is not None
         }
+        if self.per_rank:  # a rank in an expected wait waits for the others too
+            waiting |= {r: "an expected wait" for r, v in ranks.items() if v.sample.position.exempt}
         outside = sorted(r for r in ranks if r not in waiting)
         if waiting and outside:  # the stuck ones outside first, else the ones that move
             culprits = [r for r in outside if r in stuck] or outside

@@ -77,6 +77,35 @@ def peer_recovery_line(ranks: Sequence[int], seconds: float, decision: FailureDe
     )
 
 
+def vacant_line(vacant: Sequence[int], live: int, size: int) -> str:
+    """Peer recovery in an elastic group: lost ranks stay vacant, the others train on."""
+    return (
+        f"{ranks_text(vacant)}: no room for a new worker yet; {live} of {size} rank(s) train "
+        "on (their functions go on), a new worker joins when room comes back"
+    )
+
+
+def peers_joined_line(ranks: Sequence[int]) -> str:
+    """Peer recovery: ranks joined the running attempt (room, a move)."""
+    return f"{ranks_text(ranks)}: joined the running attempt, taking the state from a live peer"
+
+
+def join_failed_line(error: BaseException) -> str:
+    """Peer recovery: a new worker for a move or a vacant rank did not start."""
+    return (
+        f"a new worker for a rank that moves or joins did not start ({type(error).__name__}: "
+        f"{error}); the ranks train on as they are, and it is tried again"
+    )
+
+
+def moved_live_line(ranks: Sequence[int]) -> str:
+    """Peer recovery: ranks under a preemption notice moved while the others trained."""
+    return (
+        f"{ranks_text(ranks)} under a preemption notice: moved to a new worker, which takes "
+        "the state from a live peer; the other ranks keep training"
+    )
+
+
 def replace_failed_line(error: BaseException) -> str:
     """The line when replacing failed ranks did not work."""
     return (
@@ -180,13 +209,16 @@ def training_done_line(count: int) -> str:
     )
 
 
-def preempted_line(rank: int, node_id: str | None, reason: str, seconds_left: float | None) -> str:
-    """A rank got a preemption notice (not a failure)."""
+def preempted_line(
+    rank: int, node_id: str | None, reason: str, seconds_left: float | None, now: bool = False
+) -> str:
+    """A rank got a preemption notice (not a failure); ``now``: it moves at once (peers)."""
     node = f" on node {node_id[:8]}" if node_id else ""
     left = f", {seconds_left:.0f} s before its deadline" if seconds_left is not None else ""
+    when = "to a new worker now" if now else "right after the next committed checkpoint"
     return (
-        f"rank {rank}{node} got a preemption notice ({reason}{left}); it moves right after "
-        "the next committed checkpoint (train.get_preemption_info() tells the function)"
+        f"rank {rank}{node} got a preemption notice ({reason}{left}); it moves {when} "
+        "(train.get_preemption_info() tells the function)"
     )
 
 

@@ -129,18 +129,34 @@ class ReportAggregator:
         self._finished: set[int] = set()
         self._members = _Members(world_size, base)
         self._closed: set[int] = set()  # complete reports (under peer recovery)
+        self._rows: list[tuple[int, dict[str, Any]]] = []  # their history rows, in order
 
     def follow_peer_recovery(self) -> None:
         """Peer recovery is on: a rank whose report indices jump (it took a live peer's
-        state and its report count) is excused from the reports it skipped."""
+        state and its report count) is excused from the reports it skipped, and each
+        report's history row comes when it completes (:meth:`take_rows`)."""
         self._members.gaps = True
 
+    @property
+    def follows_peers(self) -> bool:
+        """Whether peer recovery is on (rows come from :meth:`take_rows`)."""
+        return self._members.gaps
+
+    def take_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """Peer recovery: the history rows ``(index, metrics)`` of the reports completed
+        since the last call, in report order: rank 0's metrics, or the lowest rank's
+        while rank 0 was excused from it (dead, vacant, or it skipped it)."""
+        rows, self._rows = self._rows, []
+        return rows
+
     def excuse(self, rank: int) -> list[Commit]:
-        """Stop waiting for ``rank`` (its worker died; a replacement joins later).
+        """Stop waiting for ``rank`` (its worker died; a replacement joins later), or
+        for a new rank (``>= world_size``: the attempt grows) until it reports.
 
         Returns:
             The commits released by no longer waiting for it, in report order.
         """
+        self.world_size = self._members.world_size = max(self.world_size, rank + 1)
         self._members.absent.add(rank)
         for pending in self._pending.values():  # its unfinished upload never finishes
             mine = pending.by_rank.get(rank)
@@ -189,6 +205,8 @@ class ReportAggregator:
         del self._pending[pending.index]
         if self._members.gaps:  # a late report of it (peer recovery) is dropped
             self._closed.add(pending.index)
+            if pending.by_rank:
+                self._rows.append((pending.index, pending.by_rank[min(pending.by_rank)].metrics))
         if not pending.has_checkpoint():
             return []
         commit = _commit_of(pending)

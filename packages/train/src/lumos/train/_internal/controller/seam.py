@@ -15,6 +15,8 @@ Hooks, in the order a run meets them:
 * :meth:`Component.report_committed`: the run state names the checkpoint.
 * :meth:`Component.validation_finished`: a checkpoint's validation ended and is stored.
 * :meth:`Component.idle`: the driver has nothing else to do for up to ``timeout_s``.
+* :meth:`Component.rank_joined`: peer recovery gave a rank a new process while the
+  attempt runs (what a component knew of its old process is stale).
 * :meth:`Component.outstanding`: how much work the run still waits for after every
   rank returned (the run finishes at 0).
 * :meth:`Component.rolled_back`: checkpoints were rolled back (their work is moot).
@@ -191,6 +193,9 @@ class Component:
     def idle(self, timeout_s: float) -> Verdict | None:
         """Nothing else to do for up to ``timeout_s`` seconds (poll your work here)."""
         return None
+
+    def rank_joined(self, rank: int) -> None:
+        """Peer recovery launched ``rank`` in a new process into the running attempt."""
 
     def outstanding(self) -> int:
         """Work the run still waits for once every rank returned (0: none)."""

@@ -76,7 +76,7 @@ class ElasticComponent(Component):
         self.policy = policy
         self.scaling = scaling
         self.interval_s = interval_s
-        self._min_workers = min_workers
+        self.min_workers = min_workers
         self._placement_timeout_s = placement_timeout_s
         self._clock = clock
         self._next_check = clock() + interval_s
@@ -85,6 +85,7 @@ class ElasticComponent(Component):
         self.notices: dict[int, WorkerPreemptedEvent] = {}
         self.grow_reason: str | None = None
         self.preemptions = 0  # losses of preempted ranks recovered from
+        self.peer_moves = False  # ranks join while the others train (peer_resize.py)
 
     # -- seam ---------------------------------------------------------------------------
     def attempt_started(self, attempt: Attempt) -> None:
@@ -104,7 +105,10 @@ class ElasticComponent(Component):
         left = None
         if event.deadline_ms is not None:
             left = max(0.0, event.deadline_ms / 1000.0 - time.time())
-        self._console.info(messages.preempted_line(event.rank, event.node_id, event.reason, left))
+        line = messages.preempted_line(
+            event.rank, event.node_id, event.reason, left, self.peer_moves
+        )
+        self._console.info(line)
 
     def lost_decision(self, failures: Sequence[WorkerFailure]) -> FailureDecision | None:
         """The preemption budget's decision when only ranks under a notice were lost."""
@@ -114,7 +118,10 @@ class ElasticComponent(Component):
         return decision
 
     def step(self) -> MoveDecision | None:
-        """While training runs: grow in the background; right after a commit, the move."""
+        """While training runs: grow in the background; right after a commit, the move
+        (none with ``peer_moves``: ``PeerResize`` changes the group while ranks train)."""
+        if self.peer_moves:
+            return None
         self._maybe_grow(self._workers.current())
         boundary, self._boundary = self._boundary, False
         if not boundary:
@@ -202,14 +209,14 @@ class ElasticComponent(Component):
         target = self.policy.size_after_loss(decision, len(group.workers), len(lost))
         _, after, seconds = self._workers.resize(lost, target, wait_s=PLACE_S)
         waited = 0.0
-        while after < self._min_workers and stop() is None:  # wait for capacity
-            self._console.info(messages.waiting_min_workers_line(after, self._min_workers))
-            _, after, more = self._workers.resize([], self._min_workers, wait_s=10.0)
+        while after < self.min_workers and stop() is None:  # wait for capacity
+            self._console.info(messages.waiting_min_workers_line(after, self.min_workers))
+            _, after, more = self._workers.resize([], self.min_workers, wait_s=10.0)
             waited += more
             timeout = self._placement_timeout_s
             if timeout is not None and waited >= timeout:
                 raise TimeoutError(
-                    f"the elastic group stayed below min_workers={self._min_workers} for "
+                    f"the elastic group stayed below min_workers={self.min_workers} for "
                     f"{waited:.0f} s (placement_timeout_s={timeout})"
                 )
         self._console.info(messages.resize_line(reason, before, after, seconds + waited))

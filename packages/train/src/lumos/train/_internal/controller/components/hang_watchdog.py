@@ -71,6 +71,9 @@ class HangWatchdog(Component):
         interval_s: How often to sample (default :func:`probe_interval_s`).
         avoid: Called with the culprits' nodes when it fires
             (``FailureConfig(hang_avoid_node)``: the restart avoids them).
+        peers: Peer recovery is on (``TorchftConfig``): expected waits pause only the
+            waiting rank (``HangJudge(per_rank=True)``), and after it fired the watchdog
+            judges the same attempt again (the stuck ranks are replaced, the others go on).
         clock: The driver's clock (tests pass a fake one).
     """
 
@@ -84,8 +87,10 @@ class HangWatchdog(Component):
         *,
         interval_s: float | None = None,
         avoid: Callable[[set[str]], None] | None = None,
+        peers: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._peers = peers
         self._avoid = avoid
         self._storage = storage
         self._console = console
@@ -106,7 +111,7 @@ class HangWatchdog(Component):
         self._attempt = attempt.index
         self._running = attempt.running  # RunCore keeps it current
         self._answered = set()
-        self._judge = HangJudge(attempt.world_size, self.timeout_s) if attempt.world_size else None
+        self._judge = self._new_judge(attempt.world_size)
         self._next = 0.0
 
     def idle(self, timeout_s: float) -> Verdict | None:
@@ -124,12 +129,23 @@ class HangWatchdog(Component):
         if not self._running <= self._answered:  # judged once every rank answered: a late
             return None  # answer (a loaded machine) may be an expected wait of its own
         self._answered = set()
+        judge.world_size = len(self._running)  # ranks join and leave under peer recovery
         finding = judge.stuck(now)
         if finding is None:
             return None
-        self._judge = None  # once per attempt
-        self.findings.append(finding)
+        self._judge = self._new_judge(len(self._running)) if self._peers else None
+        self.findings.append(finding)  # once per attempt, unless stuck ranks are replaced
         return self._fire(finding)
+
+    def rank_joined(self, rank: int) -> None:
+        """A new process took ``rank`` (peer recovery): its old one's samples are stale;
+        the rank is judged again once the new one answers."""
+        if self._judge is not None:
+            self._judge.forget(rank)
+        self._answered.discard(rank)
+
+    def _new_judge(self, world_size: int) -> HangJudge | None:
+        return HangJudge(world_size, self.timeout_s, self._peers) if world_size else None
 
     def worker_failed(self, failures: Sequence[WorkerFailure], will_retry: bool) -> None:
         self._judge = None
@@ -189,7 +205,9 @@ def ray_hang_watchdog(spec: ControllerSpec, workers: GroupDriver) -> tuple[Compo
     probe = RayHangProbe(lambda: workers.group)
     run = spec.run
     avoid = workers.avoid_next if spec.hang_avoid_node else None
+    peers = spec.backend.peer_recovery
     dog = HangWatchdog(
-        run.storage, run.console, probe, spec.hang_timeout_s, workers.node_of, avoid=avoid
-    )
+        run.storage, run.console, probe, spec.hang_timeout_s, workers.node_of, avoid=avoid,
+        peers=peers,
+    )  # fmt: skip
     return (dog,)

@@ -12,6 +12,14 @@ stop; the replacement receives the state from a live peer at its first step
 (``torch/torchft_loop.py``). Each recovery counts as one failure against
 ``FailureConfig(max_failures)``; past it, or when no rank is left alive, the failure
 takes the ordinary path (stop, restart from the latest checkpoint, or raise).
+
+``PeerResize`` (``peer_resize.py``) changes the group while ranks train: in an elastic
+group (``num_workers=(min, max)``) it decides instead of a plain replacement (a lost
+rank stays vacant while no room is found; the others train on at the smaller size),
+and in any group ranks under a preemption notice move at once. :meth:`PeerRecovery.step`
+launches the ranks that join that way (room came back, a rank moved) as it launches a
+replacement. A lost rank under a preemption notice counts against
+``FailureConfig(max_preemption_failures)``, not ``max_failures``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any, Protocol
 from lumos.runtime import FailureKind, FailurePolicy, WorkerFailure
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
+from lumos.train._internal.controller.components.peer_resize import PeerResize
 from lumos.train._internal.controller.group import GroupDriver
 from lumos.train._internal.controller.run_book import RunBook
 from lumos.train._internal.controller.seam import Attempt, Component, Verdict
@@ -63,7 +72,7 @@ class ReplacedSink(Protocol):
 
     book: RunBook
 
-    def rank_replaced(self, rank: int) -> Verdict | None: ...
+    def rank_replaced(self, rank: int, joins: bool = True) -> Verdict | None: ...
 
 
 def replacement_args(args: WorkerRunArgs, book: RunBook) -> WorkerRunArgs:
@@ -81,11 +90,13 @@ def replacement_args(args: WorkerRunArgs, book: RunBook) -> WorkerRunArgs:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A peer recovery that happened: the replaced ranks and a verdict of the commits
-    that stopped waiting for them (``None``: go on)."""
+    """A peer recovery that happened: the replaced ranks, a verdict of the commits that
+    stopped waiting for them (``None``: go on), and whether the preemption budget paid
+    for it (not ``max_failures``)."""
 
     ranks: tuple[int, ...]
     verdict: Verdict | None = None
+    preemption: bool = False
 
 
 class PeerRecovery(Component):
@@ -96,15 +107,22 @@ class PeerRecovery(Component):
         console: Where state lines go.
         policy: The run's failure policy (``FailureConfig(max_failures)``).
         enabled: The backend recovers ranks from their peers (``Backend.peer_recovery``).
+        resize: An elastic group's changes while ranks train (``None``: fixed size).
     """
 
     def __init__(
-        self, workers: GroupDriver, console: Console, policy: FailurePolicy, enabled: bool
+        self,
+        workers: GroupDriver,
+        console: Console,
+        policy: FailurePolicy,
+        enabled: bool,
+        resize: PeerResize | None = None,
     ) -> None:
         self._workers = workers
         self._console = console
         self._policy = policy
         self.enabled = enabled
+        self._resize = resize if enabled else None
         self._launch: tuple[Any, ...] | None = None
         self._attempt: Attempt | None = None
         self.recoveries = 0
@@ -140,26 +158,66 @@ class PeerRecovery(Component):
         ranks = ranks_to_replace(failures, attempt.running, attempt.world_size)
         if ranks is None:
             return None
-        decision = self._policy.make_decision(list(failures), failures_so_far)
+        resize = self._resize
+        decision = resize.lost_decision(failures) if resize is not None else None
+        preemption = decision is not None
+        if decision is None:
+            decision = self._policy.make_decision(list(failures), failures_so_far)
         if not decision.should_retry:
             return None
         t0 = time.monotonic()
-        group = self._workers.current()
         try:
-            self._workers.replace_ranks(ranks)
-            fn, args = self._launch
-            fresh = tuple(
-                replacement_args(a, core.book) if isinstance(a, WorkerRunArgs) else a for a in args
-            )
-            group.launch(fn, args=fresh, ranks=ranks)
+            if resize is None or not resize.elastic:
+                self._workers.replace_ranks(ranks)
+                joined: list[int] | None = ranks
+            else:
+                joined = resize.after_loss(ranks)
+            if joined is None:  # below min_workers: the ordinary path
+                return None
+            verdict = self._start(joined, core)
         except Exception as exc:
             self._console.info(messages.replace_failed_line(exc))
             return None
         self.recoveries += 1
+        if preemption and resize is not None:
+            resize.recovered_preemption()
         for f in failures:
             self._console.info(messages.describe_failure(f, self._workers.workers))
-        self._console.info(messages.peer_recovery_line(ranks, time.monotonic() - t0, decision))
+        if joined:
+            seconds = time.monotonic() - t0
+            self._console.info(messages.peer_recovery_line(joined, seconds, decision))
+        for rank in set(ranks) - set(joined):  # vacant: reports stop waiting for it
+            verdict = core.rank_replaced(rank, joins=False) or verdict
+        return Recovered(tuple(ranks), verdict, preemption)
+
+    def step(self, core: ReplacedSink) -> Verdict | None:
+        """While training runs: launch the ranks ``PeerResize`` gives a new worker now
+        (a rank moved off a preempted node; room came back in an elastic group)."""
+        attempt = self._attempt
+        if self._resize is None or self._launch is None or attempt is None:
+            return None
+        try:
+            joined = self._resize.step(attempt.running)
+            if not joined:
+                return None
+            self._console.info(messages.peers_joined_line(joined))
+            return self._start(joined, core)
+        except Exception as exc:  # a new worker failed to start: the ranks go on; retried
+            self._console.info(messages.join_failed_line(exc))
+            return None
+
+    def _start(self, ranks: list[int], core: ReplacedSink) -> Verdict | None:
+        """Launch the training function alone on ``ranks``; reports stop waiting for
+        them until they report (they count on from a live peer's report index)."""
+        if not ranks:
+            return None
+        assert self._launch is not None
+        fn, args = self._launch
+        fresh = tuple(
+            replacement_args(a, core.book) if isinstance(a, WorkerRunArgs) else a for a in args
+        )
+        self._workers.current().launch(fn, args=fresh, ranks=ranks)
         verdict = None
         for rank in ranks:
             verdict = core.rank_replaced(rank) or verdict
-        return Recovered(tuple(ranks), verdict)
+        return verdict
