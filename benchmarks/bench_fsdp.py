@@ -12,8 +12,9 @@ over 2 gloo ranks on the CPU; checkpoints to local disk.
       SYNC and ASYNC upload modes) in the same run.
   (2) steps/s with an async checkpoint every k steps against none (same run, same
       steps). Goal: time ratio <= 1.1x.
-  (3) peak RSS (each rank's process plus its children, i.e. DCP's checkpoint process)
-      during the checkpoint phases against training alone.
+  (3) peak RSS and PSS (each rank's process plus its children, i.e. DCP's checkpoint
+      process) during the checkpoint phases against training alone. RSS counts the
+      staging buffers that the rank and its checkpoint process share twice; PSS once.
   (4) reshard-resume 4 -> 2: a 4-rank lumos run saves, then a 2-rank lumos run and a
       2-rank Ray run each resume from that DCP checkpoint; time from the training
       function's start to the state loaded (rank 0), and fit() start to loaded.
@@ -73,33 +74,51 @@ def _step(model: Any, opt: Any, cfg: dict[str, Any]) -> None:
 
 
 class RssSampler:
-    """Peak RSS of this process plus its children, sampled every 20 ms, per phase."""
+    """Peak memory of this process plus its children, per phase: RSS every 20 ms, PSS
+    every 100 ms. RSS counts a shared page once per process that maps it: DCP's staging
+    buffers (shared memory) are mapped by the rank and by its checkpoint process, so their
+    RSS sum counts them twice; PSS splits each shared page between the processes."""
 
     def __init__(self) -> None:
         import psutil
 
         self._proc = psutil.Process()
         self.peaks: dict[str, int] = {}
+        self.pss_peaks: dict[str, int] = {}
         self.phase = "idle"
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
-    def _rss(self) -> int:
-        total = self._proc.memory_info().rss
-        for child in self._proc.children(recursive=True):
+    def _sum(self, pss: bool) -> int:
+        total = 0
+        for proc in [self._proc, *self._proc.children(recursive=True)]:
             try:
-                total += child.memory_info().rss
+                total += proc.memory_full_info().pss if pss else proc.memory_info().rss
             except Exception:  # gone meanwhile
                 pass
         return total
 
     def _run(self) -> None:
+        n = 0
         while not self._stop.wait(0.02):
-            rss = self._rss()
-            self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss)
+            phase, n = self.phase, n + 1
+            self.peaks[phase] = max(self.peaks.get(phase, 0), self._sum(pss=False))
+            if n % 5 == 0:
+                self.pss_peaks[phase] = max(self.pss_peaks.get(phase, 0), self._sum(pss=True))
 
     def stop(self) -> None:
         self._stop.set()
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) used so far by this process and its children."""
+        total = 0.0
+        for proc in [self._proc, *self._proc.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except Exception:  # gone meanwhile
+                pass
+        return total
 
 
 def _timed_phases(
@@ -111,10 +130,11 @@ def _timed_phases(
     rss.phase = "train"
     for _ in range(2):  # warm-up
         _step(model, opt, cfg)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), rss.cpu_s()
     for _ in range(cfg["steps"]):
         _step(model, opt, cfg)
     out["train_only_s"] = time.perf_counter() - t0
+    out["train_only_cpu_s"] = rss.cpu_s() - c0
     step = 0
     for mode in cfg["modes"]:
         rss.phase = mode
@@ -131,23 +151,26 @@ def _timed_phases(
     if "lumos_async" in cfg["modes"] or "ray_async" in cfg["modes"]:
         mode = cfg["modes"][-1]
         rss.phase = f"{mode}_every_k"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), rss.cpu_s()
         for s in range(cfg["steps"]):
             _step(model, opt, cfg)
             if (s + 1) % cfg["every"] == 0:
                 checkpoint(mode, step)
                 step += 1
         out["every_k_s"] = time.perf_counter() - t0
+        out["every_k_cpu_s"] = rss.cpu_s() - c0
         # The first baseline can still be warming up: time it again once the last save's
         # background work is done, and compare with the faster of the two.
         rss.phase = "train_again"
         time.sleep(cfg["settle_s"])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), rss.cpu_s()
         for _ in range(cfg["steps"]):
             _step(model, opt, cfg)
         out["train_only_again_s"] = time.perf_counter() - t0
+        out["train_only_again_cpu_s"] = rss.cpu_s() - c0
     rss.stop()
     out["rss_peak_mib"] = {k: v / MIB for k, v in rss.peaks.items()}
+    out["pss_peak_mib"] = {k: v / MIB for k, v in rss.pss_peaks.items()}
     return out
 
 
@@ -292,14 +315,19 @@ def _print_run(label: str, res: dict[str, Any], sync: str, asyn: str) -> None:
           f"{res['every_k_s']:.2f} s vs {base:.2f} s without (faster of "
           f"{res['train_only_s']:.2f} s before and {res.get('train_only_again_s', 0):.2f} s "
           f"after): {ratio:.3f}x", flush=True)  # fmt: skip
-    peaks = res["rss_peak_mib"]
-    base = peaks.get("train", float("nan"))  # (train_again: the checkpoint process lives on)
-    text = "  ".join(
-        f"{k} {v:.0f} MiB ({v / base:.2f}x)"
-        for k, v in peaks.items()
-        if k not in ("idle", "train_again")
-    )
-    print(f"  {label}: rank 0 peak RSS (process + children): {text}", flush=True)
+    cpu_base = min(res["train_only_cpu_s"], res.get("train_only_again_cpu_s", float("inf")))
+    print(f"  {label}: rank 0 CPU (process + children) in those windows: {res['every_k_cpu_s']:.2f} s "
+          f"vs {cpu_base:.2f} s = {res['every_k_cpu_s'] / cpu_base:.3f}x (less sensitive to other "
+          "load than the wall time)", flush=True)  # fmt: skip
+    for kind in ("RSS", "PSS"):
+        peaks = res[f"{kind.lower()}_peak_mib"]
+        base = peaks.get("train", float("nan"))  # (train_again: the checkpoint process lives on)
+        text = "  ".join(
+            f"{k} {v:.0f} MiB ({v / base:.2f}x)"
+            for k, v in peaks.items()
+            if k not in ("idle", "train_again")
+        )
+        print(f"  {label}: rank 0 peak {kind} (process + children): {text}", flush=True)
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -230,11 +232,13 @@ def test_local_persist_into_existing_dir_overwrites_files(tmp_path: Path, make_l
     assert Path(storage.checkpoint_path("c"), "f").read_bytes() == b"new"
 
 
+@pytest.mark.parametrize("move_files", [False, True])
 def test_local_persist_fsyncs_every_file_and_the_folders_naming_them(
-    tmp_path: Path, make_local_dir, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, make_local_dir, monkeypatch: pytest.MonkeyPatch, move_files: bool
 ) -> None:
     """A checkpoint on local disk is on disk when persist_directory returns (power loss
-    included): every file and every folder whose entries changed was fsynced."""
+    included): every file and every folder whose entries changed was fsynced, whether
+    its files were copied or hard-linked."""
     synced: list[str] = []
     real_fsync = os.fsync
 
@@ -245,7 +249,7 @@ def test_local_persist_fsyncs_every_file_and_the_folders_naming_them(
     monkeypatch.setattr(os, "fsync", recording_fsync)
     storage = RunStorage(tmp_path / "runs", "run")
     files = {"model.pt": b"m" * 1000, "sub/deeper/opt.pt": b"o", "sub/rng": b"r"}
-    ckpt = storage.persist_directory(make_local_dir(files), "c")
+    ckpt = storage.persist_directory(make_local_dir(files), "c", move_files=move_files)
     root = Path(ckpt.path)
     expected_files = {str(root / rel) for rel in files}
     expected_dirs = {str(root), str(root.parent), str(root / "sub"), str(root / "sub/deeper")}
@@ -254,6 +258,58 @@ def test_local_persist_fsyncs_every_file_and_the_folders_naming_them(
     assert max(synced.index(f) for f in expected_files) < min(
         synced.index(d) for d in expected_dirs
     )
+
+
+def test_move_files_links_each_file_into_a_local_run_instead_of_copying(
+    location, make_local_dir
+) -> None:
+    files = {"__0_0.distcp": b"s" * 4096, "sub/.metadata": b"m"}
+    src = make_local_dir(files)
+    storage = location.storage("run")
+    ckpt = storage.persist_directory(src, "c", move_files=True)
+    if location.backend == "local":  # the same inode: no second copy was written
+        assert all(os.path.samefile(src / rel, Path(ckpt.path, rel)) for rel in files)
+    for rel in files:  # the caller deletes its directory: the checkpoint keeps the files
+        (src / rel).unlink()
+    restored = ckpt.to_directory()
+    assert {rel: Path(restored, rel).read_bytes() for rel in files} == files
+
+
+def test_move_files_replaces_a_file_an_earlier_try_left(tmp_path: Path, make_local_dir) -> None:
+    storage = RunStorage(tmp_path / "runs", "run")
+    storage.persist_directory(make_local_dir({"f": b"half"}), "c")
+    src = make_local_dir({"f": b"whole"})
+    storage.persist_directory(src, "c", move_files=True)
+    storage.persist_directory(src, "c", move_files=True)  # and again: nothing changes
+    target = Path(storage.checkpoint_path("c"), "f")
+    assert target.read_bytes() == b"whole"
+    assert os.path.samefile(src / "f", target)
+
+
+def test_move_files_copies_a_file_that_has_another_name(tmp_path: Path, make_local_dir) -> None:
+    src = make_local_dir({"f": b"shared"})
+    elsewhere = tmp_path / "cache-f"
+    os.link(src / "f", elsewhere)  # the caller's directory does not own this file alone
+    storage = RunStorage(tmp_path / "runs", "run")
+    ckpt = storage.persist_directory(src, "c", move_files=True)
+    assert not os.path.samefile(elsewhere, Path(ckpt.path, "f"))
+    elsewhere.write_bytes(b"rewritten")  # rewriting it later leaves the checkpoint alone
+    assert Path(ckpt.path, "f").read_bytes() == b"shared"
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs a tmpfs at /dev/shm")
+def test_move_files_copies_across_filesystems(tmp_path: Path) -> None:
+    src = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        if os.stat(src).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the same filesystem as the test's directory")
+        (src / "f").write_bytes(b"data")
+        storage = RunStorage(tmp_path / "runs", "run")
+        ckpt = storage.persist_directory(src, "c", move_files=True)  # EXDEV: copied
+        assert not os.path.samefile(src / "f", Path(ckpt.path, "f"))
+        assert Path(ckpt.path, "f").read_bytes() == b"data"
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
 
 
 def test_persist_directory_requires_a_directory(tmp_path: Path) -> None:

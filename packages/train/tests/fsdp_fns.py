@@ -197,8 +197,11 @@ def fsdp_run(config: dict[str, Any]) -> None:
     kind = config["async"]  # None (sync), "thread" or "process"
     mode = train.CheckpointUploadMode.ASYNC if kind else train.CheckpointUploadMode.SYNC
     for step in range(start, config["steps"]):
-        if step == config.get("kill_at"):
-            train.get_all_reported_checkpoints()  # the previous one committed: to resume from
+        if step in (config.get("kill_at"), config.get("nan_at")):
+            # the previous one committed: what the kill resumes from, and what the NaN
+            # report rolls back to (an ASYNC upload still in flight when a check fires is
+            # stopped with the ranks, and the rollback goes to the one before it)
+            train.get_all_reported_checkpoints()
         train_steps(model, opt, 1, seed=1000 * step + rank)
         full = gather_full_state(model, opt)
         if rank == 0:

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lumos import train
 from lumos.train.lightning import (
+    CHECKPOINT_NAME,
     LumosDDPStrategy,
     RayLightningEnvironment,
     ReportCallback,
@@ -125,3 +126,98 @@ def fit(config: dict[str, Any]) -> None:
             val_dataloaders=DataLoader(val_set, batch_size=BATCH),
             ckpt_path=ckpt_path,
         )
+
+
+class ShardedRegression(Regression):
+    """``Regression`` with a two-layer MLP that ``configure_model`` shards with FSDP2.
+
+    ``config["full_state_out"]``: rank 0 saves the full (gathered) parameters there when
+    training ends; ``config["full_state_in"]``: at the start of training (after the
+    checkpoint was loaded) every rank compares the gathered parameters with that file
+    and logs ``restored_exact`` (1.0 when equal bit for bit).
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(lr=float(config.get("lr", 0.02)))
+        self.layer = torch.nn.Sequential(
+            torch.nn.Linear(FEATURES, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        )
+        self.config = config
+        self.restored_exact = -1.0
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        if isinstance(self.layer, FSDPModule):  # already sharded (a second fit)
+            return
+        mesh = self.device_mesh["data_parallel"]
+        for part in (self.layer[0], self.layer[2]):
+            fully_shard(part, mesh=mesh)
+        fully_shard(self.layer, mesh=mesh)
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter gathered from all ranks (a collective)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        return {k: v.clone() for k, v in get_model_state_dict(self.layer, options=options).items()}
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        expected_path = self.config.get("full_state_in")
+        if expected_path:
+            expected = torch.load(expected_path, weights_only=True)
+            now = self.full_parameters()
+            same = set(now) == set(expected) and all(torch.equal(now[k], expected[k]) for k in now)
+            self.restored_exact = 1.0 if same else 0.0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("restored_exact", self.restored_exact)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        full = self.full_parameters()
+        out = self.config.get("full_state_out")
+        if out and train.get_context().get_world_rank() == 0:
+            torch.save(full, out)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+def fit_sharded(config: dict[str, Any]) -> None:
+    """The training function with ``LumosModelParallelStrategy`` (FSDP2, DCP checkpoints)."""
+    from lumos.train.lightning import LumosModelParallelStrategy
+
+    quiet_lightning()
+    torch.manual_seed(0)
+    callback = ReportCallback(checkpoint_upload_mode=config.get("upload_mode"))
+    trainer = pl.Trainer(
+        max_epochs=int(config["epochs"]),
+        accelerator="cpu",
+        devices=1,
+        strategy=LumosModelParallelStrategy(),
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        default_root_dir=config.get("root_dir"),
+    )
+    trainer = prepare_trainer(trainer)
+    train_set, val_set = datasets()
+    with get_checkpoint_path() as ckpt_path:
+        trainer.fit(
+            ShardedRegression(config),
+            train_dataloaders=DataLoader(train_set, batch_size=BATCH),
+            val_dataloaders=DataLoader(val_set, batch_size=BATCH),
+            ckpt_path=ckpt_path,
+        )
+    probe = config.get("probe_dir")
+    if probe:  # each rank saves into a folder of its own: what lands where
+        rank = train.get_context().get_world_rank()
+        trainer.save_checkpoint(os.path.join(probe, f"rank{rank}", CHECKPOINT_NAME))

@@ -125,3 +125,53 @@ def test_async_save_with_an_async_report_commits_and_resumes_in_local_mode(
     fit("resumed", result.checkpoint)
     assert config["resumed"] == {"step": 1}
     assert config["equal"] is True
+
+
+def _local_linked_run(config: dict[str, Any]) -> None:
+    import os
+
+    from lumos import train
+    from lumos.train._internal import pending_saves
+
+    model = fsdp_fns.tiny_model(0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    fsdp_fns.train_steps(model, opt, 1, seed=0)
+    local = tempfile.mkdtemp()
+    c = save_sharded_state(local, model, opt, extra_state={"step": 0}, async_save=True)
+    written = pending_saves.take(local)
+    assert written is not None
+
+    def wait_then_note_the_files(timeout_s: float | None) -> bool:
+        done = written(timeout_s)
+        if done:  # what the save wrote, before the upload thread places it in the run
+            config["inodes"] = {
+                n: os.stat(os.path.join(local, n)).st_ino for n in os.listdir(local)
+            }
+        return done
+
+    pending_saves.register(local, wait_then_note_the_files)
+    train.report({"step": 0}, checkpoint=c, checkpoint_dir_name="step=0",
+                 checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)  # fmt: skip
+    config["local"] = local
+
+
+def test_an_async_sharded_save_is_linked_into_local_storage_not_copied(tmp_path: Path) -> None:
+    """ASYNC deletes the save's directory after the upload, so on the run's own filesystem
+    its files become the checkpoint's (hard links): no second copy, no second write."""
+    import os
+
+    from lumos import train
+
+    config: dict[str, Any] = {}
+    result = train.DataParallelTrainer(
+        _local_linked_run,
+        train_loop_config=config,
+        scaling_config=train.ScalingConfig(num_workers=0),
+        run_config=train.RunConfig(name="linked", storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert result.checkpoint is not None
+    committed = Path(result.checkpoint.path)
+    inodes = {p.name: os.stat(p).st_ino for p in committed.iterdir()}
+    assert inodes == config["inodes"]  # the very files the save wrote
+    assert sorted(inodes) == [".metadata", "__0_0.distcp", "lumos_extra_state.pt"]
+    assert not os.path.exists(config["local"])  # the save's directory went after the upload

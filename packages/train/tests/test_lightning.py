@@ -19,6 +19,7 @@ from lumos import train
 from lumos.train.lightning import (
     CHECKPOINT_NAME,
     LumosDDPStrategy,
+    LumosModelParallelStrategy,
     RayDDPStrategy,
     RayTrainReportCallback,
     ReportCallback,
@@ -124,6 +125,81 @@ def test_local_mode_every_n_epochs_and_async_upload(tmp_path: Path) -> None:
     assert {k: os.environ.get(k) for k in env_before} == env_before
 
 
+def _files(checkpoint: train.Checkpoint | None) -> list[str]:
+    assert checkpoint is not None
+    root = Path(checkpoint.path)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_fsdp2_on_two_ranks_saves_every_ranks_shards_and_resumes_from_them(
+    ray_lightning: None, tmp_path: Path
+) -> None:
+    full = tmp_path / "full.pt"
+    first = TorchTrainer(
+        lightning_fns.fit_sharded,
+        train_loop_config={
+            "epochs": 2,
+            "full_state_out": str(full),
+            "probe_dir": str(tmp_path / "probe"),
+        },
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(
+            tmp_path,
+            "sharded",
+            failure_config=train.FailureConfig(health_check_timeout_s=PATIENT_S),
+        ),
+    ).fit()
+    assert [(m["epoch"], m["step"]) for m in first.metrics_history] == [
+        (0, STEPS_PER_EPOCH),
+        (1, 2 * STEPS_PER_EPOCH),
+    ]
+    # both ranks' DCP shards (each from its own folder) in one checkpoint, with rank 0's
+    # DCP and Lightning metadata
+    shards = [f"{CHECKPOINT_NAME}/{n}" for n in (".metadata", "__0_0.distcp", "__1_0.distcp")]
+    assert _files(first.checkpoint) == sorted([*shards, f"{CHECKPOINT_NAME}/meta.pt"])
+    # a save into each rank's own folder writes that rank's shard there (Lightning's
+    # own strategy would write both into rank 0's folder, which only rank 0's node has)
+    probe = tmp_path / "probe"
+    assert sorted(p.name for p in (probe / "rank1" / CHECKPOINT_NAME).iterdir()) == ["__1_0.distcp"]
+    assert sorted(p.name for p in (probe / "rank0" / CHECKPOINT_NAME).iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "meta.pt",
+    ]
+
+    resumed = TorchTrainer(
+        lightning_fns.fit_sharded,
+        train_loop_config={"epochs": 3, "full_state_in": str(full)},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        run_config=run_config(
+            tmp_path,
+            "resumed",
+            failure_config=train.FailureConfig(health_check_timeout_s=PATIENT_S),
+        ),
+        resume_from_checkpoint=first.checkpoint,
+    ).fit()
+    (last,) = resumed.metrics_history  # epoch 2 only: Lightning's loops came back too
+    assert (last["epoch"], last["step"], last["start_epoch"]) == (2, 3 * STEPS_PER_EPOCH, 2.0)
+    assert last["restored_exact"] == 1.0  # every parameter as saved, bit for bit
+
+
+def test_fsdp2_in_local_mode_with_async_upload(tmp_path: Path) -> None:
+    env_before = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+    result = TorchTrainer(
+        lightning_fns.fit_sharded,
+        train_loop_config={"epochs": 1, "upload_mode": train.CheckpointUploadMode.ASYNC},
+        scaling_config=train.ScalingConfig(num_workers=0),
+        run_config=run_config(tmp_path, "local-sharded"),
+    ).fit()
+    assert [m["epoch"] for m in result.metrics_history] == [0]
+    assert _files(result.checkpoint) == [
+        f"{CHECKPOINT_NAME}/{n}" for n in (".metadata", "__0_0.distcp", "meta.pt")
+    ]
+    # the one-process group Lightning formed is gone, its env undone
+    assert not torch.distributed.is_initialized()
+    assert {k: os.environ.get(k) for k in env_before} == env_before
+
+
 def test_get_checkpoint_path_refuses_a_checkpoint_without_a_lightning_file(
     tmp_path: Path,
 ) -> None:
@@ -171,6 +247,52 @@ def test_ray_names_are_the_lumos_classes() -> None:
 def test_strategy_refuses_process_group_settings() -> None:
     with pytest.raises(train.TrainConfigError, match=r"process_group_backend='nccl'.*TorchConfig"):
         LumosDDPStrategy(process_group_backend="nccl")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"timeout": 5}, r"LumosModelParallelStrategy\(timeout=5\).*TorchConfig"),
+        ({"process_group_backend": "gloo"}, r"process_group_backend='gloo'.*TorchConfig"),
+        ({"data_parallel_size": 0}, r"data_parallel_size=0\): pass an int >= 1 or 'auto'"),
+        ({"tensor_parallel_size": "2"}, r"tensor_parallel_size='2'\): pass an int >= 1"),
+    ],
+)
+def test_sharded_strategy_refuses_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(train.TrainConfigError, match=match):
+        LumosModelParallelStrategy(**kwargs)
+
+
+def test_mesh_sizes_follow_the_world_size() -> None:
+    from lumos.train._internal.lightning.model_parallel import mesh_sizes
+
+    assert mesh_sizes("auto", "auto", 4) == (4, 1)
+    assert mesh_sizes("auto", 2, 4) == (2, 2)
+    assert mesh_sizes(2, 2, 4) == (2, 2)
+    with pytest.raises(train.TrainConfigError, match=r"data_parallel_size=2, tensor_parallel_size"
+                       r"='auto'\).*num_workers\) = 4"):  # fmt: skip
+        mesh_sizes(2, "auto", 4)
+    with pytest.raises(train.TrainConfigError, match=r"tensor_parallel_size=3\).*= 4"):
+        mesh_sizes("auto", 3, 4)
+
+
+def test_prepare_trainer_refuses_lightnings_own_sharded_strategy() -> None:
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    theirs = pl.Trainer(
+        accelerator="cpu", devices=1, strategy=ModelParallelStrategy(), logger=False
+    )
+    with pytest.raises(
+        train.TrainConfigError,
+        match=r"is a ModelParallelStrategy \(Lightning's own.*rank 0's checkpoint folder\); "
+        r"for sharded training use lumos\.train\.lightning\.LumosModelParallelStrategy",
+    ):
+        prepare_trainer(theirs)
+    ours = pl.Trainer(
+        accelerator="cpu", devices=1, strategy=LumosModelParallelStrategy(), logger=False
+    )
+    with pytest.raises(train.NotInTrainingFunctionError):  # accepted up to the context
+        prepare_trainer(ours)
 
 
 def test_prepare_trainer_refuses_other_trainers_and_strategies() -> None:

@@ -116,18 +116,24 @@ class RunStorage:
         dir_name: str,
         *,
         on_file_done: Callable[[str], None] | None = None,
+        move_files: bool = False,
     ) -> Checkpoint:
         """Upload every file of a local directory into ``run_path/dir_name/`` concurrently.
 
         Several ranks may persist into the same ``dir_name``; their files merge
         (sharded checkpoints). The checkpoint is not committed until
-        ``commit_checkpoint`` writes a state naming it.
+        ``commit_checkpoint`` writes a state naming it. Either way the files are
+        durable (fsynced, with their folders) when this returns.
 
         Args:
             local_dir: The local directory to upload.
             dir_name: Checkpoint directory name inside the run.
             on_file_done: Called with each relative path once it is stored
                 (from the upload threads).
+            move_files: The caller deletes ``local_dir`` afterwards and never rewrites
+                its files: on local storage on the same filesystem each file is
+                hard-linked into the run instead of copied (no second copy, no second
+                write to disk); elsewhere they are copied as without it.
 
         Returns:
             The (uncommitted) checkpoint in storage.
@@ -136,7 +142,7 @@ class RunStorage:
         src = os.path.abspath(os.path.expanduser(os.fspath(local_dir)))
         if not os.path.isdir(src):
             raise FileNotFoundError(f"persist_directory: {src!r} is not a directory")
-        fsu.upload_dir(src, self.fs, dest, self.max_workers, on_file_done)
+        fsu.upload_dir(src, self.fs, dest, self.max_workers, on_file_done, link=move_files)
         return Checkpoint(dest, self.fs)
 
     def list_checkpoints(self) -> list[Checkpoint]:

@@ -335,8 +335,10 @@ class TrainSession:
                 )
                 cleanup: list[str] = []
             elif wait is not None:  # save_sharded_state(async_save=True) still writes it
-                run_upload = persist_job_upload(storage, checkpoint.path, dir_name, closed)
-                cleanup = [checkpoint.path] if upload.delete() else []
+                # DCP's files, written once and deleted after the upload: linked, not copied
+                delete = upload.delete()
+                run_upload = persist_job_upload(storage, checkpoint.path, dir_name, closed, delete)
+                cleanup = [checkpoint.path] if delete else []
             else:
                 snap = (
                     snapshot_directory(checkpoint.path)

@@ -228,9 +228,18 @@ class Uploader:
 
 
 def persist_job_upload(
-    storage: Any, local_dir: str, dir_name: str, cancelled: Callable[[], bool]
+    storage: Any,
+    local_dir: str,
+    dir_name: str,
+    cancelled: Callable[[], bool],
+    move_files: bool = False,
 ) -> Callable[[], None]:
-    """An upload that copies ``local_dir`` into the run's ``dir_name`` (stops once ``cancelled``)."""
+    """An upload that copies ``local_dir`` into the run's ``dir_name`` (stops once ``cancelled``).
+
+    ``move_files``: ``local_dir`` is deleted after the upload and nothing rewrites its
+    files, so on local storage they are hard-linked into the run instead of copied
+    (``RunStorage.persist_directory(move_files=True)``).
+    """
 
     def upload() -> None:
         def on_file_done(_rel: str) -> None:
@@ -242,7 +251,9 @@ def persist_job_upload(
                 f"the checkpoint directory {local_dir!r} vanished before its upload; "
                 + MKDTEMP_HINT
             )
-        storage.persist_directory(local_dir, dir_name, on_file_done=on_file_done)
+        storage.persist_directory(
+            local_dir, dir_name, on_file_done=on_file_done, move_files=move_files
+        )
 
     return upload
 

@@ -1,7 +1,8 @@
 """lumos.train.lightning: PyTorch Lightning on lumos (extra: ``lumos-train[lightning]``).
 
 Ray Train's names work too: ``RayTrainReportCallback``, ``RayDDPStrategy``,
-``RayLightningEnvironment``. Importing this module without Lightning installed
+``RayLightningEnvironment``. Sharded models: ``LumosModelParallelStrategy`` (Lightning's
+FSDP2 ``ModelParallelStrategy``, DCP checkpoints; CPU workers too). Importing this module without Lightning installed
 raises an ``ImportError`` that names the extra.
 
 Example:
@@ -35,16 +36,20 @@ if TYPE_CHECKING:
         ReportCallback as ReportCallback,
         get_checkpoint_path as get_checkpoint_path,
     )
+    from lumos.train._internal.lightning.model_parallel import (
+        LumosModelParallelStrategy as LumosModelParallelStrategy,
+    )
+    from lumos.train._internal.lightning.prepare import prepare_trainer as prepare_trainer
     from lumos.train._internal.lightning.strategy import (
         LumosDDPStrategy as LumosDDPStrategy,
         LumosLightningEnvironment as LumosLightningEnvironment,
         RayDDPStrategy as RayDDPStrategy,
         RayLightningEnvironment as RayLightningEnvironment,
-        prepare_trainer as prepare_trainer,
     )
 
 _CALLBACK = "lumos.train._internal.lightning.callback"
 _STRATEGY = "lumos.train._internal.lightning.strategy"
+_SHARDED = "lumos.train._internal.lightning.model_parallel"
 
 _LAZY: dict[str, str] = {
     "CHECKPOINT_NAME": _CALLBACK,
@@ -53,9 +58,10 @@ _LAZY: dict[str, str] = {
     "get_checkpoint_path": _CALLBACK,
     "LumosDDPStrategy": _STRATEGY,
     "LumosLightningEnvironment": _STRATEGY,
+    "LumosModelParallelStrategy": _SHARDED,
     "RayDDPStrategy": _STRATEGY,
     "RayLightningEnvironment": _STRATEGY,
-    "prepare_trainer": _STRATEGY,
+    "prepare_trainer": "lumos.train._internal.lightning.prepare",
 }
 
 __getattr__, __dir__, __all__ = lazy_attributes("lumos.train.lightning", _LAZY, globals())

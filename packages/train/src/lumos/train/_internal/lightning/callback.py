@@ -2,8 +2,9 @@
 
 At the end of every ``every_n_epochs``-th training epoch (after that epoch's
 validation), every rank saves the Lightning checkpoint into a fresh local directory
-(``trainer.save_checkpoint``: a collective; under DDP only rank 0 writes the file,
-sharded strategies write one part per rank) and calls ``train.report`` with
+(``trainer.save_checkpoint``: a collective; under DDP only rank 0 writes the file;
+under ``LumosModelParallelStrategy`` ``checkpoint.ckpt`` is a folder and every rank
+writes its DCP shard into its own, rank 0 also the metadata) and calls ``train.report`` with
 ``trainer.callback_metrics`` as floats plus ``epoch`` and ``step``. A rank that wrote
 files passes them as the checkpoint, the others pass none: lumos merges the ranks'
 files into one checkpoint directory of the run (``checkpoint.ckpt`` inside). SYNC
@@ -171,7 +172,9 @@ def get_checkpoint_path() -> Iterator[str | None]:
 
     Yields the local path of ``checkpoint.ckpt`` inside ``train.get_checkpoint()`` (the
     run's latest committed checkpoint, or the trainer's ``resume_from_checkpoint``),
-    or ``None`` when there is none, so the same code starts fresh or resumes.
+    or ``None`` when there is none, so the same code starts fresh or resumes. For a
+    sharded checkpoint (``LumosModelParallelStrategy``) it is the folder of every rank's
+    DCP shards, which Lightning loads into the model as it is sharded now.
     A checkpoint on remote storage is downloaded for the duration of the block: run
     ``trainer.fit`` inside it (Lightning reads the file when the fit starts).
 

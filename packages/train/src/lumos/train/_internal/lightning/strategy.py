@@ -1,15 +1,16 @@
-"""Lightning's DDP on the lumos process group: strategy, cluster environment, ``prepare_trainer``.
+"""Lightning on the lumos process group: the cluster environment and DDP strategy.
 
 lumos forms the ``torch.distributed`` group (gloo or NCCL, ``TorchConfig``) before the
 training function runs (``torch/backend.py``) and destroys it when the function ends.
 Lightning must join that group, not start one: :class:`LumosLightningEnvironment`
 reports lumos's ranks and world size (from ``train.get_context()``) and says that the
-processes are created outside Lightning, and Lightning's DDP set-up skips
+processes are created outside Lightning, and Lightning's set-up skips
 ``init_process_group`` when a group exists. :class:`LumosDDPStrategy` places the
 model on this worker's device (``lumos.train.torch.get_device()``) and gives
 Lightning's ``DistributedSampler`` lumos's ranks. In local mode (``num_workers=0``,
 one rank, no group) Lightning forms a one-process group on a free local port, which
-the strategy destroys (and its ``MASTER_*`` variables undoes) when the fit ends.
+:class:`LocalGroup` destroys (and its ``MASTER_*`` variables undoes) when the fit ends.
+The sharded strategy (``model_parallel.py``) shares both helpers.
 """
 
 from __future__ import annotations
@@ -17,18 +18,63 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
 from lumos.train._internal.api import get_context
-from lumos.train._internal.errors import TrainConfigError, TrainTypeError
+from lumos.train._internal.errors import TrainConfigError
 from lumos.train._internal.torch.backend import destroy_process_group_quietly
 from lumos.train._internal.torch.utils import get_device
 
 _GROUP_SETTINGS = ("process_group_backend", "timeout", "start_method")
 """DDPStrategy arguments that shape the process group, which lumos forms."""
+
+
+def refuse_group_settings(strategy: str, kwargs: dict[str, Any], settings: tuple[str, ...]) -> None:
+    """Raise ``TrainConfigError`` when ``kwargs`` sets one of ``settings`` (lumos forms the group).
+
+    Raises:
+        TrainConfigError: the first such setting, its value and where to set it instead.
+    """
+    given = [name for name in settings if name in kwargs]
+    if given:
+        raise TrainConfigError(
+            f"{strategy}({given[0]}={kwargs[given[0]]!r}): lumos forms the process "
+            f"group before the training function runs, so {', '.join(settings)} cannot "
+            "be set here; use TorchTrainer(torch_config=TorchConfig(backend=..., timeout_s=...))"
+        )
+
+
+class LocalGroup:
+    """The one-process group Lightning forms in local mode, where lumos formed none.
+
+    :meth:`before_setup` notes whether a group exists (lumos's: left alone) and saves
+    ``MASTER_ADDR`` / ``MASTER_PORT``, which Lightning sets when it forms its own;
+    :meth:`after_teardown` destroys the group Lightning formed and restores both.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, str | None] | None = None  # set when Lightning forms the group
+
+    def before_setup(self) -> None:
+        """Call before Lightning's distributed set-up."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            self._saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+
+    def after_teardown(self) -> None:
+        """Call after Lightning's teardown: undo what Lightning's own group changed."""
+        saved, self._saved = self._saved, None
+        if saved is None:
+            return  # lumos's group: lumos destroys it when the training function ends
+        destroy_process_group_quietly()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class LumosLightningEnvironment(LightningEnvironment):
@@ -74,7 +120,27 @@ class LumosLightningEnvironment(LightningEnvironment):
         """Nothing to undo: lumos owns the environment variables and the process group."""
 
 
-class LumosDDPStrategy(DDPStrategy):
+class OnLumosWorker:
+    """What both of lumos's Lightning strategies share (a mixin, listed before Lightning's class).
+
+    lumos starts one process per rank, so Lightning launches none: without
+    ``plugins=[LumosLightningEnvironment()]`` Lightning would configure its subprocess
+    launcher for its default environment before ``prepare_trainer`` replaces it, and
+    that launcher sets ``MASTER_*``, ``WORLD_SIZE`` and ``LOCAL_RANK`` in the worker.
+    """
+
+    _launcher: Any
+
+    def _configure_launcher(self) -> None:
+        self._launcher = None  # lumos created this process; Lightning launches nothing
+
+    @property
+    def root_device(self) -> torch.device:
+        """This worker's device: its GPU when it has one, else the CPU."""
+        return get_device()
+
+
+class LumosDDPStrategy(OnLumosWorker, DDPStrategy):
     """Lightning's ``DDPStrategy`` on the lumos process group.
 
     Ray Train's ``RayDDPStrategy`` (also exported under that name). Takes the keyword
@@ -91,92 +157,24 @@ class LumosDDPStrategy(DDPStrategy):
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        given = [name for name in _GROUP_SETTINGS if name in kwargs]
-        if given:
-            raise TrainConfigError(
-                f"LumosDDPStrategy({given[0]}={kwargs[given[0]]!r}): lumos forms the process "
-                "group before the training function runs, so "
-                f"{', '.join(_GROUP_SETTINGS)} cannot be set here; use "
-                "TorchTrainer(torch_config=TorchConfig(backend=..., timeout_s=...))"
-            )
+        refuse_group_settings("LumosDDPStrategy", kwargs, _GROUP_SETTINGS)
         super().__init__(**kwargs)
-        self._own_group: dict[str, str | None] | None = None  # set when Lightning formed it
+        self._local_group = LocalGroup()
 
     def setup_distributed(self) -> None:
         """Join lumos's process group; in local mode (none), let Lightning form one."""
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()):
-            # local mode without torchrun: Lightning forms a one-process group and sets
-            # MASTER_ADDR / MASTER_PORT; teardown() undoes both
-            self._own_group = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+        self._local_group.before_setup()
         super().setup_distributed()
 
     def teardown(self) -> None:
         """Lightning's teardown; then destroy the group only if Lightning formed it."""
         super().teardown()
-        saved, self._own_group = self._own_group, None
-        if saved is None:
-            return  # lumos's group: lumos destroys it when the training function ends
-        destroy_process_group_quietly()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-    @property
-    def root_device(self) -> torch.device:
-        """This worker's device: its GPU when it has one, else the CPU."""
-        return get_device()
+        self._local_group.after_teardown()
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """lumos's ranks for Lightning's ``DistributedSampler``."""
         return {"num_replicas": self.world_size, "rank": self.global_rank}
-
-
-def prepare_trainer(trainer: pl.Trainer) -> pl.Trainer:
-    """Check (and complete) a Lightning ``Trainer`` for a lumos training function.
-
-    The trainer must use :class:`LumosDDPStrategy` (or a subclass). Its cluster
-    environment becomes a :class:`LumosLightningEnvironment` when it is another one
-    (Lightning picks ``LightningEnvironment`` when none is given): lumos's process
-    group is already formed, and only lumos knows its ranks. Call it inside the
-    training function, before ``trainer.fit``.
-
-    Args:
-        trainer: The ``lightning.pytorch.Trainer`` to run.
-
-    Returns:
-        The same trainer.
-
-    Raises:
-        TrainTypeError: ``trainer`` is not a ``lightning.pytorch.Trainer`` (a ``TypeError``).
-        TrainConfigError: its strategy is not a ``LumosDDPStrategy`` (a ``ValueError``).
-        NotInTrainingFunctionError: called outside a training function.
-
-    Example:
-        >>> trainer = prepare_trainer(pl.Trainer(max_epochs=3,  # doctest: +SKIP
-        ...     strategy=LumosDDPStrategy(), callbacks=[ReportCallback()]))
-    """
-    if not isinstance(trainer, pl.Trainer):
-        raise TrainTypeError(
-            f"prepare_trainer(trainer) needs a lightning.pytorch.Trainer, got "
-            f"{type(trainer).__module__}.{type(trainer).__qualname__}"
-        )
-    strategy = trainer.strategy
-    if not isinstance(strategy, LumosDDPStrategy):
-        raise TrainConfigError(
-            f"Trainer(strategy=...) is a {type(strategy).__name__}; lumos runs Lightning "
-            "with lumos.train.lightning.LumosDDPStrategy (Ray's name: RayDDPStrategy) or a "
-            "subclass: pl.Trainer(strategy=LumosDDPStrategy(), "
-            "plugins=[LumosLightningEnvironment()], ...)"
-        )
-    get_context()  # NotInTrainingFunctionError outside a training function
-    if not isinstance(strategy.cluster_environment, LumosLightningEnvironment):
-        strategy.cluster_environment = LumosLightningEnvironment()
-    return trainer
 
 
 RayDDPStrategy = LumosDDPStrategy
