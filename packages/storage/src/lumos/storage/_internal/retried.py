@@ -80,6 +80,16 @@ def retried_ls(fs: AbstractFileSystem, path: str, *, detail: bool = False) -> li
     return list(entries)
 
 
+def retried_child_dirs(fs: AbstractFileSystem, path: str) -> list[str]:
+    """The names of the directories directly under ``path``, sorted (``[]`` when missing)."""
+    names = {
+        posixpath.basename(str(e["name"]).rstrip("/"))
+        for e in retried_ls(fs, path, detail=True)
+        if e.get("type") == "directory"
+    }
+    return sorted(n for n in names if n)
+
+
 def retried_find(fs: AbstractFileSystem, path: str) -> list[str]:
     """Every file under ``path``, sorted (``[]`` when it does not exist)."""
     fsu.invalidate(fs, path)

@@ -20,6 +20,7 @@ from lumos.storage._internal.lease import LEASE_FILE, Lease
 from lumos.storage._internal.metrics_segments import HistoryWriter
 from lumos.storage._internal.names import validate_name, validate_relpath
 from lumos.storage._internal.retention import RetentionPolicy
+from lumos.storage._internal.retried import retried_child_dirs
 from lumos.storage._internal.run_index import RunIndexWriter, index_folder
 from lumos.storage._internal.state import CheckpointRecord, RunState, decode_state, encode_state
 
@@ -306,19 +307,7 @@ class RunStorage:
         """
         state = self.load_state()
         keep = {STATE_DIR, *reserved, *(state.checkpoint_names() if state else ())}
-        fsu.invalidate(self.fs, self.run_path)
-        try:
-            entries = fsu.call("list", self.run_path, self.fs.ls, self.run_path, detail=True)
-        except FileNotFoundError:
-            return []
-        names: list[str] = []
-        for entry in entries:
-            if entry.get("type") != "directory":
-                continue
-            base = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
-            if base and base not in keep:
-                names.append(base)
-        return sorted(set(names))
+        return [n for n in retried_child_dirs(self.fs, self.run_path) if n not in keep]
 
     def delete_uncommitted(self, reserved: Iterable[str] = ()) -> list[str]:
         """Delete unfinished uploads (see ``list_uncommitted``) and return their names.

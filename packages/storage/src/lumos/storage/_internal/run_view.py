@@ -18,7 +18,7 @@ from fsspec import AbstractFileSystem
 
 from lumos.storage._internal import filesystem as fsu
 from lumos.storage._internal.errors import StorageError, StorageUsageError
-from lumos.storage._internal.retried import retried_exists, retried_ls
+from lumos.storage._internal.retried import retried_child_dirs, retried_exists
 from lumos.storage._internal.run_index import (
     KNOWN_OWNERS as KNOWN_OWNERS,
     is_number as is_number,
@@ -96,13 +96,7 @@ def _has_state(fs: AbstractFileSystem, run_path: str) -> bool:
 
 
 def _child_dirs(fs: AbstractFileSystem, path: str) -> list[str]:
-    entries = retried_ls(fs, path, detail=True)
-    names = {
-        posixpath.basename(str(e["name"]).rstrip("/"))
-        for e in entries
-        if e.get("type") == "directory"
-    }
-    return sorted(n for n in names if n and n != STATE_DIR)
+    return [n for n in retried_child_dirs(fs, path) if n != STATE_DIR]
 
 
 def _load(fs: AbstractFileSystem, run_path: str) -> StoredRun:

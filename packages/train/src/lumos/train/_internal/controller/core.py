@@ -325,13 +325,9 @@ class RunCore:
         metrics are the history's last row, so a resumed run returns what an
         uninterrupted one does."""
         self.end_attempt("finished", None)
-<<<<<<< HEAD
-        self.book.finish()
-=======
         if self.attempt.reports.follows_peers:  # a replaced rank's upload that never committed
             self.delete_uncommitted(announce=True)
-        self.book.set_status("finished")
->>>>>>> wt27
+        self.book.finish()
         result = self.book.result()
         storage = self.run.storage
         self.console.info(
