@@ -257,8 +257,11 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def soak(session: nox.Session) -> None:
-    """The chaos soak on demand: ``nox -s soak -- [--minutes N] --seed S | --seeds N [--storage ...]``."""
-    _install_all(session)
+    """The chaos soak on demand: ``nox -s soak -- [--minutes N] --seed S | --seeds N [--storage ...]``.
+
+    With torchft installed, so that its Train run with ``TorchftConfig`` is one of the
+    workloads (the short soak in ``integration`` runs without it)."""
+    _install_all(session, "torchft")
     env = {k: v for k, v in TEST_ENV.items() if k != "RAY_ADDRESS"}  # it starts its own cluster
     args = list(session.posargs) or ["--seed", "1"]
     if "--minutes" not in args:

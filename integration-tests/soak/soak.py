@@ -551,6 +551,11 @@ class Harness(DriverFaults):
 
 
 # -- the command line ---------------------------------------------------------------------------
+def torchft_installed() -> bool:
+    """Whether the Train run with ``TorchftConfig`` can run here (the extra is optional)."""
+    return importlib.util.find_spec("torchft") is not None
+
+
 def rerun_command(args: argparse.Namespace, seed: int) -> str:
     """The command that runs ``seed`` again with the same settings."""
     script = os.path.relpath(HERE / "soak.py")
@@ -639,7 +644,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--kinds: unknown kind(s) {unknown}; the kinds are {', '.join(ALL_KINDS)}")
     if args.minutes <= 0:
         parser.error(f"--minutes must be positive, got {args.minutes:g}")
-    if args.torchft and importlib.util.find_spec("torchft") is None:
+    if args.torchft and not torchft_installed():
         log("torchft is not installed: no Train run with TorchftConfig")
         args.torchft = False
     return args

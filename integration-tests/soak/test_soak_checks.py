@@ -278,6 +278,7 @@ def test_the_report_ends_with_the_failures_the_state_the_rerun_and_the_totals(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(soak, "_can_mount", lambda: False)
+    monkeypatch.setattr(soak, "torchft_installed", lambda: True)
     args = soak.parse_args(["--minutes", "3", "--seed", "77", "--workdir", str(tmp_path / "w")])
     harness = soak.Harness(args)
     harness.faults.update({"worker_kill": 2, "disk_full": 1})

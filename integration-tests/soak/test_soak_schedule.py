@@ -106,10 +106,23 @@ def test_seed_and_seeds_are_exclusive_and_checked(capsys: pytest.CaptureFixture[
     assert "--seeds must be at least 1, got 0" in capsys.readouterr().err
 
 
-def test_the_rerun_command_names_the_seed_and_the_settings() -> None:
+def test_the_rerun_command_names_the_seed_and_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(soak, "torchft_installed", lambda: True)
     args = soak.parse_args(["--minutes", "5", "--seeds", "2", "--storage", "s3", "--no-sweep"])
     command = soak.rerun_command(args, 123)
     assert command.endswith("soak.py --minutes 5 --seed 123 --storage s3 --no-sweep")
+
+
+def test_without_torchft_the_soak_and_its_rerun_leave_the_torchft_run_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(soak, "torchft_installed", lambda: False)
+    args = soak.parse_args(["--minutes", "5", "--seed", "9"])
+    assert args.torchft is False
+    assert "torchft is not installed: no Train run with TorchftConfig" in capsys.readouterr().out
+    assert soak.rerun_command(args, 9).endswith("soak.py --minutes 5 --seed 9 --no-torchft")
 
 
 def test_seeds_run_one_soak_each_and_stop_at_the_first_failure(
@@ -124,6 +137,7 @@ def test_seeds_run_one_soak_each_and_stop_at_the_first_failure(
         return next(statuses)
 
     monkeypatch.setattr(soak.subprocess, "call", call)
+    monkeypatch.setattr(soak, "torchft_installed", lambda: True)
     args = soak.parse_args(["--minutes", "2", "--seeds", "3", "--workdir", str(tmp_path)])
     assert soak.run_seeds(args) == 1
     assert len(children) == 2  # stopped at the failing second seed

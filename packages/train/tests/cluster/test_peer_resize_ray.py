@@ -137,7 +137,16 @@ def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
         )
         assert accepted, why
         drained_at = time.time()
-        run.wait("rank 0 moved", lambda: run.committed(0, 3, drained_at) >= 5, 180.0)
+
+        def moved_and_stepping() -> bool:
+            # the old process steps on at 3 until the move: count the new process's steps
+            starts = run.events(0, "start")[1:]
+            if not starts:
+                return False
+            steps = [e for e in run.events(0, "step") if e["pid"] == starts[-1]["pid"]]
+            return sum(1 for e in steps if e["ok"] and e["n"] == 3) >= 5
+
+        run.wait("rank 0 moved", moved_and_stepping, 180.0)
         (moved,) = run.events(0, "start")[1:]
         assert moved["pid"] != old_pid
         (recovered,) = [e for e in run.events(0, "recovered") if e["t"] > drained_at]
