@@ -12,13 +12,14 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
 import train_fns
 from fake_runs import trial_context
 
 from lumos import train
 from lumos.runtime.context import JobContext, running
 from lumos.runtime.testing import FakeCluster
-from lumos.storage import RunStorage
+from lumos.storage import LeaseHeldError, RunStorage
 
 
 def _fit(ctx: JobContext, steps: int) -> train.Result:
@@ -77,3 +78,44 @@ def test_a_fresh_nested_run_starts_from_the_parents_checkpoint(tmp_path: Path) -
     assert state is not None
     assert state.status == "finished"
     assert not os.path.exists(tmp_path / "trial_0" / "train")
+
+
+def test_a_lease_the_trials_previous_driver_left_is_waited_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A resumed sweep reruns the trial while the Train run's lease, taken by the killed
+    # sweep's trial actor, still runs out: the trial waits for the expiry, then resumes.
+    ctx, seen = _recording(tmp_path)
+    _fit(ctx, 2)
+    run = RunStorage(tmp_path / "trial_0", "train")
+    run.acquire_lease("lumos.train driver", ttl_s=1.5)  # never renewed, never released
+    again, resent = _recording(tmp_path)
+    _fit_verbose(again, 3)
+    state = run.load_state()
+    assert state is not None and state.status == "finished"
+    assert [s for s, _ in resent] == [0, 1]  # the stored result, after the catch-up
+    out = capsys.readouterr().err + capsys.readouterr().out
+    assert "the trial's previous driver; waiting" in out
+
+
+def test_a_lease_that_is_still_renewed_is_refused_after_the_waits(tmp_path: Path) -> None:
+    run = RunStorage(tmp_path / "trial_0", "train")
+    lease = run.acquire_lease("a live driver", ttl_s=0.6)
+    lease.start_renewing(interval_s=0.1)
+    try:
+        ctx, _ = _recording(tmp_path)
+        with pytest.raises(LeaseHeldError, match="a live driver"):
+            _fit(ctx, 2)
+    finally:
+        lease.release()
+
+
+def _fit_verbose(ctx: JobContext, steps: int) -> train.Result:
+    trainer = train.DataParallelTrainer(
+        train_fns.checkpointing_loop,
+        train_loop_config={"steps": steps},
+        scaling_config=train.ScalingConfig(num_workers=2),
+        _group_factory=FakeCluster().start,
+    )
+    with running(ctx):
+        return trainer.fit()

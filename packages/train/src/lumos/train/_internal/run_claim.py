@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lumos.runtime import ClaimRules, claim_run, context as job_context, unique_run_name
-from lumos.storage import Lease, RunState, RunStorage
+from lumos.runtime import ClaimRules, RunClaim, claim_run, context as job_context, unique_run_name
+from lumos.storage import Lease, LeaseHeldError, RunState, RunStorage
 from lumos.train._internal.config import RunConfig
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller import messages
@@ -117,8 +118,44 @@ def claim_train_run(rc: RunConfig, console: Console, local_mode: bool) -> Claime
         error=TrainConfigError,
         say=console.info,
     )
-    claim = claim_run(storage_at, name, rc.if_exists, rules, generated)
+    claim = _claim(storage_at, name, rc, rules, generated, in_trial=ctx is not None, say=console)
     return ClaimedRun(claim.storage, (path, fs), claim.lease, claim.fresh)
+
+
+#: How many times a Tune trial's run waits for a previous holder's lease to expire.
+TRIAL_LEASE_WAITS = 2
+
+
+def _claim(
+    storage_at: Callable[[str], RunStorage],
+    name: str,
+    rc: RunConfig,
+    rules: ClaimRules,
+    generated: Callable[[], str] | None,
+    in_trial: bool,
+    say: Console,
+) -> RunClaim:
+    """``claim_run``; inside a Tune trial, a held lease is waited out (bounded).
+
+    A resumed sweep holds its experiment's lease, so the driver that started the
+    trial's run before is gone; the run's lease its trial actor held can still be
+    running out (up to its ``ttl_s``). The trial waits for that expiry, twice at most,
+    instead of failing; a holder that still renews is refused as before.
+    """
+    for waits in range(TRIAL_LEASE_WAITS + 1):
+        try:
+            return claim_run(storage_at, name, rc.if_exists, rules, generated)
+        except LeaseHeldError as exc:
+            if not in_trial or waits == TRIAL_LEASE_WAITS:
+                raise
+            wait_s = max(exc.expires_in_s, 0.0) + LEASE_MARGIN_S
+            say.info(messages.trial_lease_wait_line(name, exc.holder, exc.host, exc.pid, wait_s))
+            time.sleep(wait_s)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: Past a lease's expiry before a waiting trial tries again (clocks and S3 listing).
+LEASE_MARGIN_S = 0.5
 
 
 def load_or_create_state(storage: RunStorage, console: Console, fresh: bool = False) -> RunState:

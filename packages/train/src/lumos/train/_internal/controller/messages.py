@@ -151,6 +151,14 @@ def resuming_line(
     )
 
 
+def trial_lease_wait_line(name: str, holder: str, host: str, pid: int, wait_s: float) -> str:
+    """A Tune trial's run waits for the lease its previous driver left to expire."""
+    return (
+        f"run {name!r} is still leased by {holder!r} (host {host!r}, pid {pid}), the "
+        f"trial's previous driver; waiting {wait_s:.1f} s for that lease to expire"
+    )
+
+
 def cleanup_failed_line(error: BaseException) -> str:
     """A cleanup step failed (the run's own outcome is reported as it is)."""
     return f"cleanup step failed: {type(error).__name__}: {error}"
