@@ -85,17 +85,18 @@ def test_a_lease_the_trials_previous_driver_left_is_waited_out(
 ) -> None:
     # A resumed sweep reruns the trial while the Train run's lease, taken by the killed
     # sweep's trial actor, still runs out: the trial waits for the expiry, then resumes.
-    ctx, seen = _recording(tmp_path)
+    ctx, _ = _recording(tmp_path)
     _fit(ctx, 2)
     run = RunStorage(tmp_path / "trial_0", "train")
     run.acquire_lease("lumos.train driver", ttl_s=1.5)  # never renewed, never released
     again, resent = _recording(tmp_path)
     _fit_verbose(again, 3)
     state = run.load_state()
-    assert state is not None and state.status == "finished"
+    assert state is not None
+    assert state.status == "finished"
     assert [s for s, _ in resent] == [0, 1]  # the stored result, after the catch-up
-    out = capsys.readouterr().err + capsys.readouterr().out
-    assert "the trial's previous driver; waiting" in out
+    captured = capsys.readouterr()
+    assert "the trial's previous driver; waiting" in captured.err + captured.out
 
 
 def test_a_lease_that_is_still_renewed_is_refused_after_the_waits(tmp_path: Path) -> None:
