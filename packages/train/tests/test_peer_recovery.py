@@ -63,6 +63,30 @@ def test_a_replacements_first_report_of_a_completed_index_is_dropped() -> None:
     assert [c.index for c in agg.add(1, _report(1))] == [1]
 
 
+def test_a_replacements_checkpoint_of_a_report_the_others_sent_without_one_commits() -> None:
+    # Only rank 0 saves: its replacement's first report is #1's checkpoint, which ranks 1
+    # and 2 completed without it (metrics only). Dropping it left rank 0's SYNC report
+    # waiting for a commit that never came (the torchft move test hung at step 140).
+    agg = _aggregator(3)
+    agg.excuse(0)
+    assert agg.add(1, _report(1)) == []
+    assert agg.add(2, _report(1)) == []  # #1 complete without rank 0: its row, no commit
+    assert [i for i, _ in agg.take_rows()] == [1]
+    (commit,) = agg.add(0, _report(1, "c1", step=7))
+    assert (commit.index, commit.dir_name, commit.ranks) == (1, "c1", (0,))
+    assert commit.metrics == {"step": 7}
+    assert agg.take_rows() == []  # one row per report
+    assert agg.add(0, _report(1, "c1")) == []  # a second late copy adds nothing
+
+
+def test_a_late_checkpoint_behind_a_later_commit_is_dropped() -> None:
+    agg = _aggregator(2)
+    agg.excuse(0)
+    agg.add(1, _report(1))  # #1 complete without rank 0, no checkpoint
+    assert [c.index for c in agg.add(1, _report(2, "c2"))] == [2]
+    assert agg.add(0, _report(1, "c1")) == []  # commits stay in report order
+
+
 def test_an_excused_ranks_report_does_not_stand_in_for_another_rank() -> None:
     agg = _aggregator(3)
     agg.add(1, _report(0))

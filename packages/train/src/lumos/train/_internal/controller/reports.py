@@ -129,6 +129,8 @@ class ReportAggregator:
         self._finished: set[int] = set()
         self._members = _Members(world_size, base)
         self._closed: set[int] = set()  # complete reports (under peer recovery)
+        self._closed_bare: set[int] = set()  # ... of them, those without a checkpoint
+        self._commit_high = base - 1  # the highest report index that became a commit
         self._rows: list[tuple[int, dict[str, Any]]] = []  # their history rows, in order
 
     def follow_peer_recovery(self) -> None:
@@ -186,8 +188,8 @@ class ReportAggregator:
                 or its name is already used by another checkpoint of the run.
         """
         released = self._recheck() if self._members.reported(rank, report.index) else []
-        if report.index in self._closed:
-            return released  # completed without this rank (excused then): nothing to add
+        if report.index in self._closed:  # completed without this rank (excused then)
+            return released + self._late(rank, report)
         if report.checkpoint_dir_name is not None:
             self._check_name_free(report.index, report.checkpoint_dir_name)
         pending = self._pending.get(report.index)
@@ -208,8 +210,30 @@ class ReportAggregator:
             if pending.by_rank:
                 self._rows.append((pending.index, pending.by_rank[min(pending.by_rank)].metrics))
         if not pending.has_checkpoint():
+            if self._members.gaps:
+                self._closed_bare.add(pending.index)
             return []
+        return self._queue(pending)
+
+    def _late(self, rank: int, report: RankReport) -> list[Commit]:
+        """A report of an index that completed while ``rank`` was excused: dropped, unless
+        it brings that report's only checkpoint and no later report committed yet. Then
+        it commits alone: a replacement's first report can be the checkpoint of a report
+        the other ranks sent without one (each with its own history row already), and a
+        SYNC report waits for its commit."""
+        name = report.checkpoint_dir_name
+        if name is None or report.index not in self._closed_bare:
+            return []
+        if report.index <= self._commit_high:
+            return []  # the commits are in report order: this one can no longer be
+        self._check_name_free(report.index, name)
+        self._closed_bare.discard(report.index)
+        return self._queue(_Pending(report.index, {rank: report}))
+
+    def _queue(self, pending: _Pending) -> list[Commit]:
+        """A complete report with a checkpoint: a commit once its uploads finished."""
         commit = _commit_of(pending)
+        self._commit_high = max(self._commit_high, commit.index)
         uploading = {
             r
             for r, rep in pending.by_rank.items()
