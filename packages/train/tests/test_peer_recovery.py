@@ -7,6 +7,7 @@ real torchft replicas (gloo) on the session's Ray cluster and SIGKILL one of the
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -544,3 +545,42 @@ def test_a_finished_run_removes_what_a_replaced_rank_left_half_uploaded(tmp_path
     trainer.fit()
     assert sorted(STARTS) == [0, 1, 1]
     assert RunStorage(str(tmp_path), "fake-peer").list_uncommitted() == []
+
+
+# -- the DDP gradient hook under torchft ------------------------------------------------------
+def test_the_gradient_hook_completes_when_the_allreduce_fails_in_the_step() -> None:
+    # torchft's _ManagedWork whose collective fails: wait() reports the error and returns
+    # False before torchft chains its future, whose future then never completes. DDP
+    # waited on it for good (the survivors of a lost node hung in backward).
+    torch = pytest.importorskip("torch")
+    manager_mod = pytest.importorskip("torchft.manager")
+    from lumos.train._internal.torch.torchft_loop import comm_hook
+
+    errors: list[Exception] = []
+
+    class _Manager:
+        _logger = logging.getLogger("test")
+
+        def report_error(self, e: Exception) -> None:
+            errors.append(e)
+
+    class _FailedWork:
+        def wait(self) -> bool:
+            raise RuntimeError("Connection reset by peer")
+
+    class _State:
+        def allreduce(self, tensor: Any) -> Any:
+            return manager_mod._ManagedWork(_Manager(), _FailedWork(), tensor)
+
+    class _Bucket:
+        def __init__(self) -> None:
+            self.tensor = torch.ones(3)
+
+        def buffer(self) -> Any:
+            return self.tensor
+
+    bucket = _Bucket()
+    future = comm_hook(_State(), bucket)
+    assert future.done()
+    assert future.wait() is bucket.tensor
+    assert [str(e) for e in errors] == ["Connection reset by peer"]

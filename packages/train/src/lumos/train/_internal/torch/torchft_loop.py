@@ -301,9 +301,19 @@ def comm_hook(state: Any, bucket: Any) -> Any:
     'Future' object has no attribute '_fut'``, failing the rank. Such a step never
     commits (``should_commit`` says no and the step is repeated), so the bucket it
     returns is never applied: return the plain future.
+
+    A collective that fails in this very call (a peer died mid-allreduce) makes
+    ``work.wait()`` return False before torchft chains its future: the chain's future
+    never completes, and DDP waited on it for good (the survivors of a lost node
+    hung at their next step). The bucket is returned in a completed future instead.
     """
+    import torch
+
     work = state.allreduce(bucket.buffer())
-    work.wait()
+    if work.wait() is False:  # failed and reported to the manager: no commit this step
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(bucket.buffer())
+        return done
     future = work.get_future()
     managed = getattr(future, "_fut", None)
     return managed if managed is not None else future
