@@ -79,6 +79,21 @@ def _report(config: dict[str, Any], rank: int, step: int, loss: float, model: An
                      checkpoint_dir_name=f"step={step}")  # fmt: skip
 
 
+def _load_as_documented(ft: Any, model: Any) -> None:
+    """What the guide tells a user for the checkpoint fallback, on every rank: load
+    ``train.get_checkpoint()`` (rank 0's ``step=N``) and call ``ft.resume_from(N)``."""
+    import torch
+
+    from lumos import train
+
+    checkpoint = train.get_checkpoint()
+    if checkpoint is None:
+        return
+    with checkpoint.as_directory() as d:
+        model.load_state_dict(torch.load(Path(d) / "model.pt", weights_only=True))
+    ft.resume_from(int(Path(checkpoint.path).name.split("=")[1]))
+
+
 def target_step(config: dict[str, Any]) -> int:
     """``config["steps"]``, or the step written into the ``config["until"]`` file once the
     test wrote it (every rank reads the same one, so all stop at the same step)."""
@@ -104,8 +119,13 @@ def ft_train(config: dict[str, Any]) -> None:
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     position = Position()
-    ft = prepare_torchft(model, optimizer, state={"data": position})
-    log(config, rank=rank, event="prepared")
+    ft = prepare_torchft(
+        model, optimizer, state={"data": position},
+        min_replica_size=int(config.get("min_replica_size", 1)),
+    )  # fmt: skip
+    if config.get("load_checkpoint"):
+        _load_as_documented(ft, model)
+    log(config, rank=rank, event="prepared", step=ft.step)
     said_recovered = False
     while ft.step < target_step(config):
         ft.optimizer.zero_grad()  # the quorum: a replacement takes its peer's state here

@@ -434,6 +434,10 @@ def _fit(tmp_path: Path, name: str, kills: list[tuple[int, int]], workers: int, 
         "step_s": 0.04,
         "stall": more.pop("stall", None),
     }
+    for key in ("steps", "checkpoint_every", "report_every", "min_replica_size",
+                "load_checkpoint"):  # fmt: skip
+        if key in more:
+            config[key] = more.pop(key)
     result = TorchTrainer(
         peer_fns.ft_train,
         train_loop_config=config,
@@ -487,6 +491,35 @@ def test_a_sigkilled_replica_is_replaced_while_the_others_keep_training(tmp_path
     reference = _events(clean_log, 0, "done")[0]["weights"]
     assert finals[0] == pytest.approx(reference, rel=1e-5, abs=1e-6)
     assert [len(_events(clean_log, r, "start")) for r in range(3)] == [1, 1, 1]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_replacement_that_loads_a_checkpoint_at_the_peers_step_still_joins_them(
+    tmp_path: Path,
+) -> None:
+    """A replacement whose function loads ``get_checkpoint()`` and calls ``resume_from``
+    (the guide's checkpoint fallback, on every rank) while that checkpoint is at the
+    survivor's step: it still takes the survivor's state and report count. Before, torchft
+    saw the same step, nothing was healed, the replacement reported from the attempt's
+    first index, and no report committed again (the survivor's SYNC checkpoint report
+    waited for good; found by bench_goodput --torchft)."""
+    pytest.importorskip("torchft")
+    # min_replica_size=2: the survivor commits no step alone, so it waits at the step
+    # of its latest checkpoint (every report has one) until the replacement joins
+    result, log = _fit(
+        tmp_path, "same-step", kills=[(1, 20)], workers=2, steps=40, checkpoint_every=1,
+        report_every=1, min_replica_size=2, load_checkpoint=True,
+    )  # fmt: skip
+    assert [len(_events(log, r, "start")) for r in range(2)] == [1, 2]
+    (kill,) = _events(log, 1, "sigkill")
+    recovered = [e for e in _events(log, 1, "recovered") if e["t"] > kill["t"]]
+    assert recovered, log[1][-5:]
+    assert recovered[0]["step"] >= kill["step"]
+    assert result.metrics["step"] == 40
+    assert result.checkpoint is not None
+    assert result.checkpoint.path.endswith("step=40")
+    finals = [_events(log, r, "done")[-1]["weights"] for r in range(2)]
+    assert finals[0] == finals[1]
 
 
 @pytest.mark.usefixtures("ray_cluster")

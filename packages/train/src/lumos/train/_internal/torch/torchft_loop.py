@@ -134,6 +134,11 @@ class FaultTolerantOptimizer:
             if training is not None and training.recovered_at is None and alone:
                 raise StopRequested("no live peer holds the state any more: nothing to join")
 
+    @property
+    def joining(self) -> bool:
+        """Whether this rank joins live peers and has not taken their state yet."""
+        return self._joining
+
     def step(self, closure: None = None) -> None:
         """Step if every live replica's gradients were averaged (``committed``)."""
         before = self._manager.current_step()
@@ -179,9 +184,17 @@ class TorchftTraining:
     def resume_from(self, step: int) -> None:
         """Continue counting at ``step`` (after loading a checkpoint saved at that step:
         the fallback restart, where no live peer held the state). Call it on every rank
-        before the first ``zero_grad()``."""
+        before the first ``zero_grad()``.
+
+        On a rank that joins live peers (a replacement, a moved or added rank) it does
+        nothing: that rank takes the peers' state, step and report count at its first
+        ``zero_grad()`` even when the checkpoint it loaded is at the peers' step (else
+        torchft sees nothing to heal, and its reports would not line up with theirs).
+        """
         if step < 0:
             raise TrainConfigError(f"resume_from(step={step}): need >= 0")
+        if self.optimizer.joining:
+            return
         self.manager.load_state_dict({"step": step, "batches_committed": 0})
 
 
