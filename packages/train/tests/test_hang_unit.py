@@ -383,3 +383,35 @@ def test_a_rank_replaced_by_peer_recovery_is_not_judged_on_its_old_process(
     for _ in range(40):
         now[0] += 0.5
         assert core.idle(0.0) is None
+
+
+def test_time_the_driver_spent_elsewhere_is_no_ranks_stall(tmp_path: Path) -> None:
+    """Under peer recovery the driver starts a worker for a moved rank (seconds) while the
+    ranks train on; the samples it then reads were taken before that. A rank that trained
+    the whole time is not stuck (bench_goodput --torchft named rank 0, in its step's
+    sleep, stuck 5 s after a preemption notice while its peer waited in the quorum);
+    a rank that then stays put for the timeout still is."""
+    core, dog, probe, now = _watchdog_core(tmp_path)
+    dog._peers = True
+    core.start()
+    core.begin_attempt(0, 2, None)
+    waiting = _s(1, exempt="torchft", where="t.py:127 in loop")
+    for step in range(1, 10):  # both train: rank 0 reports, rank 1 waits in the quorum
+        now[0] += 0.5
+        probe.samples = {0: _s(step, reports=step, where="t.py:147 in loop"), 1: waiting}
+        assert core.idle(0.0) is None
+    now[0] += 6.0  # the driver was away (> the 5 s timeout); the answers predate that
+    assert core.idle(0.0) is None
+    for _ in range(8):  # rank 0 trains on
+        now[0] += 0.5
+        step += 1
+        probe.samples = {0: _s(step, reports=step, where="t.py:147 in loop"), 1: waiting}
+        assert core.idle(0.0) is None
+    verdict = None  # now rank 0 stops: found, the gap above counted for nobody
+    stopped = now[0]
+    while verdict is None and now[0] < stopped + 20:
+        now[0] += 0.5
+        verdict = core.idle(0.0)
+    assert isinstance(verdict, RanksStuck)
+    assert [f.rank for f in verdict.failures] == [0]
+    assert 5.0 <= now[0] - stopped <= 6.0

@@ -15,7 +15,8 @@ report count grows or its training thread's stack moved since the previous sampl
   quorum or collective, a report waiting for its commit: bounded, and a rank that holds
   them up is outside any wait). A stuck rank is found while the others train on or wait.
 * **Stuck**: a rank without progress for ``timeout_s`` (counted from the latest of
-  its own progress, the arming and the last expected wait of any rank).
+  its own progress, the arming and the last expected wait of any rank). Time in which
+  the watchdog could not look (:meth:`HangJudge.pause`) counts for no rank.
 * **Culprit**: the ranks not inside a collective while others wait in one (the stuck
   ones among them, else all: an endless loop moves); when every rank is in a
   collective, the ranks whose report index is behind; else the stuck ranks themselves.
@@ -84,6 +85,16 @@ class HangJudge:
                 self.expected_at = now
         if self.armed_at is None and self._all_in_user():
             self.armed_at = now
+
+    def pause(self, seconds: float) -> None:
+        """The watchdog could not look for ``seconds`` (the driver was busy elsewhere,
+        e.g. starting a worker): that time counts as no rank's stall. The samples in
+        hand may be older than the gap, so every clock moves forward by it."""
+        for r in self.ranks.values():
+            r.progress_at += seconds
+        if self.armed_at is not None:
+            self.armed_at += seconds
+        self.expected_at += seconds
 
     def forget(self, rank: int) -> None:
         """``rank``'s training function ended: it is no longer judged."""

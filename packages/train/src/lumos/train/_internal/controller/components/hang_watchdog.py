@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 STACKS_TIMEOUT_S = 10.0
 """How long the watchdog waits for the ranks' stacks once it fired."""
 
+AWAY_S = 1.0
+"""A look this much later than due means the driver was busy elsewhere (starting a
+worker for a moved or replaced rank takes seconds): that gap counts as no rank's stall,
+since the samples answered meanwhile may have been taken before it."""
+
 
 def probe_interval_s(timeout_s: float) -> float:
     """How often the ranks are sampled: every 0.5 s, or a tenth of a short timeout (a
@@ -119,6 +124,9 @@ class HangWatchdog(Component):
         now = self._clock()
         if judge is None or now < self._next:
             return None
+        late = now - self._next if self._next else 0.0
+        if late > max(AWAY_S, 2 * self.interval_s):  # samples in hand may predate the gap
+            judge.pause(late)
         self._next = now + self.interval_s
         for rank, sample in self._probe.poll().items():
             if rank in self._running:
