@@ -175,3 +175,14 @@ def test_an_async_sharded_save_is_linked_into_local_storage_not_copied(tmp_path:
     assert inodes == config["inodes"]  # the very files the save wrote
     assert sorted(inodes) == [".metadata", "__0_0.distcp", "lumos_extra_state.pt"]
     assert not os.path.exists(config["local"])  # the save's directory went after the upload
+
+
+def test_the_default_async_checkpointer_is_a_process_on_gpu_hosts_and_a_thread_on_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lumos.train._internal.torch import sharded
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert sharded.default_async_type() == "process"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert sharded.default_async_type() == "thread"
