@@ -22,17 +22,26 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 
+# ``nox`` alone runs these two at a time (``nox.options.parallel`` below), longest first so
+# that the short ones fill the gaps; each session's output is printed, whole, when it ends.
 nox.options.sessions = [
-    "lint",
-    "docs",  # about 50 s on the loaded 2-core machine (11 s of CPU)
-    "storage",
-    "runtime",
     "train",
-    "tune",
     "integration",
     "hosts",
+    "tune",
     "typecheck",
+    "runtime",
+    "storage",
+    "lint",
+    "docs",
 ]
+# The suite is CPU-bound on 2 cores but a third of its time idle when run one session at a
+# time (tests wait on processes, timeouts and Ray's daemons): two at once fill that. A
+# session named on the command line (``nox -s demo``) runs in the foreground, as before;
+# ``nox -j 1`` (or NOX_PARALLEL=1) runs the suite one session at a time.
+_NAMED = {"-s", "--session", "--sessions", "-e", "-k", "--keywords", "-t", "--tags"}
+if not any(arg.split("=", 1)[0] in _NAMED for arg in sys.argv[1:]):
+    nox.options.parallel = 2
 nox.options.error_on_missing_interpreters = True
 # uv builds a session's virtualenv and installs into it in seconds (pip took ~9 of
 # the full run's minutes); without uv on PATH nox falls back to the stdlib venv + pip.
@@ -122,7 +131,7 @@ def _pytest(session: nox.Session, *paths: str) -> None:
     session.run("pytest", "-q", "--durations=15", *paths, *session.posargs, env=TEST_ENV)
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def storage(session: nox.Session) -> None:
     """lumos-storage alone: local, memory:// and S3 (moto server on loopback)."""
     _install(session, f"{STORAGE}[test]")
@@ -130,7 +139,7 @@ def storage(session: nox.Session) -> None:
     _pytest(session, "packages/storage/tests")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def runtime(session: nox.Session) -> None:
     """lumos-runtime-common with its own dependencies (Ray, no torch, no optuna)."""
     _install(session, STORAGE, f"{RUNTIME}[test]")
@@ -143,7 +152,7 @@ def runtime(session: nox.Session) -> None:
     _pytest(session, "packages/runtime-common/tests/cluster")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def train(session: nox.Session) -> None:
     """lumos-train alone (with its [data] extra): proves it works without optuna."""
     _install(
@@ -156,7 +165,7 @@ def train(session: nox.Session) -> None:
     _pytest(session, "packages/train/tests/cluster")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def tune(session: nox.Session) -> None:
     """lumos-tune alone: proves it installs and works without torch."""
     _install(session, STORAGE, RUNTIME, f"{TUNE}[test,mlflow,wandb]")
@@ -177,7 +186,7 @@ def _install_all(session: nox.Session, *extra: str) -> None:
     )
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def integration(session: nox.Session) -> None:
     """Everything that needs more than one package: Tune over Train, multi-node, S3, and
     the documentation's examples."""
@@ -192,7 +201,7 @@ def integration(session: nox.Session) -> None:
     _pytest(session, "integration-tests/soak")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def hosts(session: nox.Session) -> None:
     """Real hosts (network namespaces on a bridge): DDP, host loss, partition, drain, sweep.
 
@@ -212,7 +221,7 @@ def hosts(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def lint(session: nox.Session) -> None:
     """ruff (lint + format), the house rules, the public-name tables, and no storage
     call that bypasses the retry helpers."""
@@ -230,7 +239,7 @@ def lint(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def docs(session: nox.Session) -> None:
     """The documentation site into site/: ``mkdocs build --strict`` (any warning fails it:
     a broken link or anchor, a page left out of the nav, a docstring griffe cannot read),
@@ -242,7 +251,7 @@ def docs(session: nox.Session) -> None:
     session.run("pytest", "-q", "-p", "no:cacheprovider", "integration-tests/test_docs_site.py")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def typecheck(session: nox.Session) -> None:
     """mypy (strict) over every package's sources."""
     _install_all(session, "mypy", "pandas-stubs")
