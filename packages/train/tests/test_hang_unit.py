@@ -73,6 +73,32 @@ def test_a_replacement_joining_torchfts_quorum_is_an_expected_wait() -> None:
     assert pos.where == "/home/me/train.py:42 in train_func"
 
 
+def test_a_rank_in_the_launch_barrier_waits_for_the_others_under_peer_recovery() -> None:
+    # nox's sessions two at a time (load 11): under TorchftConfig rank 0 sat > 3 s in
+    # prepare_torchft's launch barrier (lumos.runtime's, not torch.distributed's) while its
+    # peers still imported torchft; per rank, that wait was nobody's and rank 0 was
+    # named stuck and replaced before its first step
+    barrier = [
+        ("/site/lumos/train/_internal/torch/torchft_loop.py", 254, "prepare_torchft"),
+        ("/site/lumos/runtime/_internal/session.py", 207, "barrier"),
+        ("/site/lumos/runtime/_internal/session.py", 260, "_wait_control"),
+    ]
+    pos = classify([SESSION, USER, *barrier], LIB)
+    assert pos.collective == "lumos barrier"
+    assert pos.where == "/home/me/train.py:42 in train_func"
+    judge = HangJudge(3, timeout_s=3, per_rank=True)
+    importing = "importing"
+    for t in range(0, 20):
+        judge.observe(0, _s(1, collective=pos.collective), t)  # in the barrier throughout
+        judge.observe(1, _s(1, exempt=importing) if t < 15 else _s(1, where="train.py:9"), t)
+        judge.observe(2, _s(1, exempt=importing), t)
+        found = judge.stuck(t)
+        assert (found is not None) is (t >= 17), (t, found)
+    assert found is not None
+    assert found.stuck == (1,)  # out of its imports, rank 1 stands still outside any wait
+    assert found.culprits == (1,)
+
+
 def test_sample_sees_a_thread_move_and_stop() -> None:
     go, stop = threading.Event(), threading.Event()
     reports = [0]

@@ -57,6 +57,11 @@ _EXEMPT_DIRS = (
     ("/torchft/", "in torchft (a quorum, a peer's state or a collective)"),
 )
 
+# lumos.runtime's own waits for the other ranks (the launch barrier of prepare_torchft,
+# broadcast_from_rank_zero): collectives too
+_RUNTIME_SESSION_FILE = "lumos/runtime/_internal/session.py"
+_RUNTIME_COLLECTIVES = frozenset({"barrier", "broadcast_from_rank_zero"})
+
 _BACKWARD = "torch/autograd/graph.py"  # _engine_run_backward: loss.backward() in C++
 # Local mode under torchrun: train.report waits here for the other ranks, a collective
 _EXCHANGE_FILE = "lumos/train/_internal/local_exchange.py"
@@ -114,6 +119,8 @@ def classify(
             exempt = exempt or next((why for part, why in _EXEMPT_DIRS if part in norm), None)
         if collective is None and "torch/distributed/" in norm and func in _COLLECTIVES:
             collective = func
+        if collective is None and norm.endswith(_RUNTIME_SESSION_FILE):
+            collective = f"lumos {func}" if func in _RUNTIME_COLLECTIVES else None
         if collective is None and norm.endswith("torch/nn/parallel/distributed.py"):
             collective = "DistributedDataParallel." + func
         if collective is None and distributed and norm.endswith(_BACKWARD):

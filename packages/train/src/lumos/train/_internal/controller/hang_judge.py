@@ -11,9 +11,10 @@ report count grows or its training thread's stack moved since the previous sampl
   is expected (``train.report`` saving or uploading a checkpoint, waiting for a
   validation; ``torch.save``; an import) the others may wait for it in a collective.
 * **Per rank under peer recovery** (``per_rank``: ``TorchftConfig``): an expected wait
-  pauses only that rank's own clock, and counts as waiting for the others (a torchft
-  quorum or collective, a report waiting for its commit: bounded, and a rank that holds
-  them up is outside any wait). A stuck rank is found while the others train on or wait.
+  or a collective pauses only that rank's own clock, and counts as waiting for the others
+  (a torchft quorum or collective, the launch barrier, a report waiting for its commit:
+  bounded, and a rank that holds them up is outside any wait). A stuck rank is found
+  while the others train on or wait.
 * **Stuck**: a rank without progress for ``timeout_s`` (counted from the latest of
   its own progress, the arming and the last expected wait of any rank). Time in which
   the watchdog could not look (:meth:`HangJudge.pause`) counts for no rank.
@@ -78,11 +79,14 @@ class HangJudge:
             self.ranks[rank] = _Rank(sample, now)
         else:
             old.sample = sample
-        if sample.phase == "setup" or sample.position.exempt is not None:
+        position = sample.position
+        if sample.phase == "setup" or position.exempt is not None:
             if self.per_rank:
                 self.ranks[rank].progress_at = now
             else:
                 self.expected_at = now
+        elif self.per_rank and position.collective is not None:
+            self.ranks[rank].progress_at = now  # it waits for the others: they are judged
         if self.armed_at is None and self._all_in_user():
             self.armed_at = now
 
