@@ -272,19 +272,23 @@ def test_a_preempted_rank_lost_before_it_could_move_uses_the_preemption_budget(
         group.after_reports(6, lambda g: g.preempt_workers([1], reason="node draining"))
         group.after_reports(9, lambda g: g.kill_worker(1))
 
+    clusters: list[FakeCluster] = []
+
     def fit(path: Path, **failure: Any) -> Any:
         STARTS.clear()
+        clusters.append(cluster := FakeCluster([script]))
         trainer = _PeerTrainer(
             _stepping,
             train_loop_config={"n": 60},
             scaling_config=train.ScalingConfig(num_workers=2),
             run_config=run_config(path, "budget", failure_config=train.FailureConfig(**failure)),
-            _group_factory=FakeCluster([script]).start,
+            _group_factory=cluster.start,
         )
         return trainer.fit()
 
     result = fit(tmp_path / "a")  # max_failures=0: the loss is a preemption's
-    assert sorted(r for r, _ in STARTS) == [0, 1, 1]
+    story = [(g.replaced, g.resizes, g.leaked_threads) for g in clusters[0].groups], STARTS
+    assert sorted(r for r, _ in STARTS) == [0, 1, 1], story
     assert result.metrics["step"] == 59
     with pytest.raises(train.TrainingFailedError, match="max_preemption_failures=0"):
         fit(tmp_path / "b", max_preemption_failures=0)
