@@ -22,13 +22,14 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 
-# ``nox`` alone runs these in this order. The sessions without a Ray cluster (typecheck,
-# storage, lint, docs: ``allow_parallel=True``) run two at a time; each Ray session runs
-# alone (nox's exclusive sessions). Every session two at a time took 33 instead of 42
-# minutes on 2 cores, but that load (11 on 2 cores) broke one test in each of two runs
-# more: a real watchdog bug (fixed), a restart that never resumed and a peer test that
-# saw a rank start twice (both not yet explained). ``nox -j 2 --allow-parallel`` runs
-# every session two at a time, to dig there.
+# ``nox`` alone runs these one after the other, longest first. ``nox -j 2
+# --allow-parallel`` runs them two at a time (nox's own ``--parallel``; each session on its
+# own Ray cluster and ports, its output printed whole when it ends): 32 instead of 42
+# minutes on 2 cores, the machine saturated (62.7 CPU-minutes either way). That load (11
+# on 2 cores) broke a timing-dependent test in each of two runs: a real watchdog bug
+# (fixed), a restart that never resumed and a peer test that saw a rank start twice (both
+# not yet explained), so it is not the default. Running only the four sessions without
+# Ray (``allow_parallel=True``) two at a time saved nothing measurable (41 minutes).
 nox.options.sessions = [
     "train",
     "integration",
@@ -40,11 +41,6 @@ nox.options.sessions = [
     "lint",
     "docs",
 ]
-# A session named on the command line (``nox -s demo``) runs in the foreground, as before;
-# ``nox -j 1`` (or NOX_PARALLEL=1) runs everything one at a time.
-_NAMED = {"-s", "--session", "--sessions", "-e", "-k", "--keywords", "-t", "--tags"}
-if not any(arg.split("=", 1)[0] in _NAMED for arg in sys.argv[1:]):
-    nox.options.parallel = 2
 nox.options.error_on_missing_interpreters = True
 # uv builds a session's virtualenv and installs into it in seconds (pip took ~9 of
 # the full run's minutes); without uv on PATH nox falls back to the stdlib venv + pip.
