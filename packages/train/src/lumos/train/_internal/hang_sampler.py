@@ -119,8 +119,12 @@ def classify(
             exempt = exempt or next((why for part, why in _EXEMPT_DIRS if part in norm), None)
         if collective is None and "torch/distributed/" in norm and func in _COLLECTIVES:
             collective = func
-        if collective is None and norm.endswith(_RUNTIME_SESSION_FILE):
-            collective = f"lumos {func}" if func in _RUNTIME_COLLECTIVES else None
+        if (
+            collective is None
+            and norm.endswith(_RUNTIME_SESSION_FILE)
+            and func in _RUNTIME_COLLECTIVES
+        ):
+            collective = f"lumos {func}"
         if collective is None and norm.endswith("torch/nn/parallel/distributed.py"):
             collective = "DistributedDataParallel." + func
         if collective is None and distributed and norm.endswith(_BACKWARD):

@@ -80,13 +80,11 @@ class HangJudge:
         else:
             old.sample = sample
         position = sample.position
-        if sample.phase == "setup" or position.exempt is not None:
-            if self.per_rank:
-                self.ranks[rank].progress_at = now
-            else:
-                self.expected_at = now
-        elif self.per_rank and position.collective is not None:
+        expected = sample.phase == "setup" or position.exempt is not None
+        if self.per_rank and (expected or position.collective is not None):
             self.ranks[rank].progress_at = now  # it waits for the others: they are judged
+        elif expected:
+            self.expected_at = now
         if self.armed_at is None and self._all_in_user():
             self.armed_at = now
 
