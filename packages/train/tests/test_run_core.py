@@ -20,6 +20,7 @@ from lumos.runtime import FailureAction, FailureDecision, FailureKind, WorkerFai
 from lumos.storage import CheckpointConfig, RunState, RunStorage
 from lumos.train._internal.console import Console
 from lumos.train._internal.controller.core import RunCore
+from lumos.train._internal.controller.run_book import RunBook
 from lumos.train._internal.controller.seam import (
     Attempt,
     CommitDraft,
@@ -253,6 +254,35 @@ def test_a_validation_is_requested_at_commit_and_stored_when_it_ends(tmp_path: P
     assert ("validated", "c0") in seen.calls
     result = core.close(core.finish())
     assert result.metrics["step"] == 0
+
+
+class _Killed(BaseException):
+    """The driver's SIGKILL, at one storage write."""
+
+
+@pytest.mark.parametrize("killed_at", ["merge_metrics", "update_checkpoints"])
+def test_a_driver_killed_while_it_records_a_validation_leaves_it_pending_or_in_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed_at: str
+) -> None:
+    # A validated checkpoint's metrics are in its history row: the state says
+    # "validated" only after the history has them, so a rerun either validates again
+    # (pending) or reads them (CI once saw a rerun's history row 3 without val_loss).
+    storage = RunStorage(str(tmp_path), "run")
+    book = RunBook(storage, RunState(name="run"))
+    storage.append_metrics([{"step": 0}], 0)
+    os.makedirs(storage.checkpoint_path("c0"))
+    book.commit(0, "c0", {"step": 0}, validation_request={"fn_kwargs": {}})
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(storage, killed_at, killed)
+    with pytest.raises(_Killed):
+        book.record_validation("c0", "validated", {"val": 2.0}, None)
+    again = RunStorage(str(tmp_path), "run")
+    record = again.load_state().checkpoints[0]  # type: ignore[union-attr]
+    row = again.read_metrics()[record.report_index]
+    assert record.validation_status == "pending" or row.get("val") == 2.0, (record, row)
 
 
 def test_a_resumed_run_without_a_validation_config_fails_its_pending_validations(

@@ -172,6 +172,11 @@ class RunBook:
     ) -> tuple[CheckpointRecord | None, list[str]]:
         """Merge a validation's outcome into checkpoint ``dir_name``, then apply retention.
 
+        The metrics go into the history before the state says "validated": a driver
+        killed in between leaves the validation pending, and the rerun runs it again
+        (its merge is the same), never a validated checkpoint whose history row lacks
+        its metrics.
+
         Returns:
             ``(updated record or None when the checkpoint is gone, dropped names)``;
             the dropped directories are not deleted yet (:meth:`delete_dropped`).
@@ -181,6 +186,8 @@ class RunBook:
         if at is None:
             return None, []
         old = records[at]
+        if status == "validated" and metrics:
+            self.storage.merge_metrics(old.report_index, metrics)
         records[at] = old.model_copy(
             update={
                 "metrics": {**old.metrics, **metrics},
@@ -192,8 +199,6 @@ class RunBook:
         self.state, dropped = self.storage.update_checkpoints(
             self.state, records, self.state.latest_checkpoint, self.retention, delete_dropped=False
         )
-        if status == "validated" and metrics:
-            self.storage.merge_metrics(old.report_index, metrics)
         return records[at], dropped
 
     def rollback(
