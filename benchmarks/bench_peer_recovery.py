@@ -323,7 +323,9 @@ def run_ray(root: Path, step_s: float) -> tuple[str, dict[str, Any]]:
     try:
         from ray.train.v2.torch.torchft_config import TorchftConfig as RayTorchftConfig
 
-        lighthouse = {"min_replicas": 1, "join_timeout_ms": 100, "heartbeat_timeout_ms": 1000}
+        from lumos.train.torch import TorchftConfig as LumosTorchftConfig
+
+        lighthouse = LumosTorchftConfig().lighthouse_args()  # the same settings as lumos
         ft_config = RayTorchftConfig(lighthouse_kwargs=lighthouse, backend="gloo")
         return "ray torchft", fit(ray_ft, "ray-ft", ft_config, _config(root, "ray-ft", step_s))
     except Exception as exc:  # Ray's TorchftConfig did not run here: say why, fall back

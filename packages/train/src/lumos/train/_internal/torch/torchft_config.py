@@ -10,13 +10,21 @@ from lumos.train._internal.torch.config import TorchConfig
 
 LIGHTHOUSE_DEFAULTS: dict[str, Any] = {
     "min_replicas": 1,
-    "join_timeout_ms": 100,
+    "join_timeout_ms": 60_000,
     "heartbeat_timeout_ms": 1000,
 }
 """What lumos passes to torchft's ``LighthouseServer`` unless ``lighthouse_kwargs`` says
 otherwise: a quorum of one live replica is enough (the survivors step on while a rank is
-replaced), a quorum forms 0.1 s after the first replica asks, and a replica whose
-heartbeats stop for 1 s is out of the next quorum (torchft's default is 5 s)."""
+replaced), and a replica whose heartbeats stop for 1 s is out of the next quorum
+(torchft's default is 5 s), so the survivors of a death wait about 1 s.
+
+``join_timeout_ms`` is how long a quorum waits for a live replica that has not asked
+yet; torchft's own 60 s (Ray's too). It must outlast a training step: a replica that
+joins (a replacement) asks while the others train, and with a shorter wait than a step
+the three formed quorums of two in turn for the rest of the run, each a new process
+group and a heal (lumos's default was 100 ms). Only a replica that still heartbeats but
+never asks (a stuck one) holds the others that long, until the hang watchdog replaces it.
+"""
 
 _LIGHTHOUSE_KEYS = frozenset(
     {"bind", "min_replicas", "join_timeout_ms", "quorum_tick_ms", "heartbeat_timeout_ms"}
