@@ -70,6 +70,12 @@ TEST_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_DEDUP_LOGS": "0",
     "PYTHONFAULTHANDLER": "1",
+    # Ray starts one idle worker process per CPU when a cluster's first driver connects,
+    # and more ahead of demand; here (4 logical CPUs on 2 cores, dozens of clusters and
+    # jobs per run) most died unused: 130 processes, 5.4 of the run's 63 CPU-minutes. A
+    # test's workers now start when it asks for them (about a second, once).
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_enable_worker_prestart": "0",
 }
 
 
@@ -126,8 +132,25 @@ def _assert_missing(session: nox.Session, module: str) -> None:
     )
 
 
-def _pytest(session: nox.Session, *paths: str) -> None:
-    session.run("pytest", "-q", "--durations=15", *paths, *session.posargs, env=TEST_ENV)
+LONG = "long"
+"""The marker of a long scenario (a sweep, a partition, a kill in the middle of a large
+run): plain ``nox`` leaves those out, ``nox -s long`` runs only them. Each one's
+behaviour is also proven by a shorter test that stays in plain ``nox``."""
+
+
+def _pytest(session: nox.Session, *paths: str, marks: str = f"not {LONG}") -> None:
+    # pytest exits 5 when the marker selects nothing: only ``long`` may meet a folder so
+    session.run(
+        "pytest",
+        "-q",
+        "--durations=15",
+        "-m",
+        marks,
+        *paths,
+        *session.posargs,
+        env=TEST_ENV,
+        success_codes=[0, 5] if marks == LONG else [0],
+    )
 
 
 @nox.session(allow_parallel=True)
@@ -202,22 +225,65 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def hosts(session: nox.Session) -> None:
-    """Real hosts (network namespaces on a bridge): DDP, host loss, partition, drain, sweep.
+    """Real hosts (network namespaces on a bridge): DDP, host loss, a second driver, ls.
 
-    Needs root and iproute2 (skipped with the reason otherwise); about 6 minutes on 2
-    cores. Nothing here sets GLOO_SOCKET_IFNAME.
+    Needs root and iproute2 (skipped with the reason otherwise). Nothing here sets
+    GLOO_SOCKET_IFNAME. The partition, drain, elastic and sweep scenarios: ``nox -s long``.
     """
     _install_all(session)
-    check = session.run("python", "integration-tests/hosts/hosts.py", silent=True)
-    reason = str(check or "").strip()
-    if reason != "ok":
+    reason = _hosts_missing(session)
+    if reason:
         session.skip(reason)
+    _hosts_pytest(session, f"not {LONG}")
+
+
+def _hosts_missing(session: nox.Session) -> str:
+    """Why the real hosts cannot be made here (not root, no iproute2), or ``""``."""
+    check = str(session.run("python", "integration-tests/hosts/hosts.py", silent=True) or "")
+    return "" if check.strip() == "ok" else check.strip()
+
+
+def _hosts_pytest(session: nox.Session, marks: str) -> None:
     # the hosts' own addresses: no loopback-only Ray, no interface, no address given
     loopback_only = {"GLOO_SOCKET_IFNAME", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     env = {k: v for k, v in TEST_ENV.items() if k not in loopback_only}
     session.run(
-        "pytest", "-q", "--durations=8", "integration-tests/hosts", *session.posargs, env=env
+        "pytest",
+        "-q",
+        "--durations=8",
+        "-m",
+        marks,
+        "integration-tests/hosts",
+        *session.posargs,
+        env=env,
+        success_codes=[0, 5] if marks == LONG else [0],
     )
+
+
+@nox.session
+def long(session: nox.Session) -> None:
+    """The long scenarios (tests marked ``long``) of train, tune, the integration tests
+    and the real hosts, in one virtualenv with every package: about N minutes on 2 cores.
+
+    Run it before you land a change to failure handling, peer recovery, FSDP, the hosts
+    or Tune's schedulers; ``nox -s long -- -k partition`` runs one.
+    """
+    _install_all(session, "pyarrow", "torchft")
+    _pytest(session, "packages/train/tests", "--ignore=packages/train/tests/cluster", marks=LONG)
+    _pytest(session, "packages/train/tests/cluster", marks=LONG)
+    _pytest(session, "packages/tune/tests", marks=LONG)
+    _pytest(
+        session,
+        "integration-tests",
+        "--ignore=integration-tests/soak",
+        "--ignore=integration-tests/hosts",
+        marks=LONG,
+    )
+    reason = _hosts_missing(session)
+    if reason:
+        session.warn(f"the hosts' long scenarios did not run: {reason}")
+    else:
+        _hosts_pytest(session, LONG)
 
 
 @nox.session(allow_parallel=True)

@@ -33,6 +33,7 @@ def _trial(config: dict[str, Any]) -> None:
     ).fit()
 
 
+@pytest.mark.long  # plain nox: test_pruning, test_lightning_tune
 def test_pruned_hf_trial_stops_its_trainer(
     ray_cluster: str, storage_dir: str, tmp_path: Path
 ) -> None:

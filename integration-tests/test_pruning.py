@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import workloads
 from it_helpers import assert_pruned_run_stopped, sweep_good_and_bad
 
@@ -37,6 +38,7 @@ def test_pruned_trial_stops_its_train_workers(ray_cluster: str, storage_dir: str
     # ray_cluster's teardown: no worker actor or placement group left alive
 
 
+@pytest.mark.long  # plain nox: the test above
 def test_a_pruned_fsdp_trial_stops_its_workers_and_keeps_only_whole_sharded_checkpoints(
     ray_cluster: str, storage_dir: str
 ) -> None:

@@ -56,6 +56,7 @@ def _equals(fn: Callable[[str], str | None], arg: str, value: str) -> Callable[[
     return lambda: fn(arg) == value
 
 
+@pytest.mark.long  # plain nox: tune's test_tune_s3 (a sweep on S3, a driver SIGKILL)
 def test_sweep_on_s3_resumes_after_driver_sigkill(
     ray_cluster: str, s3: S3Server, tmp_path: Path
 ) -> None:

@@ -133,6 +133,7 @@ def test_fixed_size_run_replaces_the_ranks_of_a_lost_host(hosts_cluster: HostClu
     cluster.finished_runs.append("lose-a-host")
 
 
+@pytest.mark.long  # plain nox: the lost host above; tests/cluster's elastic growth
 def test_elastic_run_shrinks_on_host_loss_and_grows_when_a_host_joins(
     hosts_cluster: HostCluster,
 ) -> None:
@@ -186,6 +187,7 @@ def _elastic_one_per_host(cluster: HostCluster, name: str, until: Path, **config
     return cluster.driver(name, **options)
 
 
+@pytest.mark.long  # no partition in plain nox; the nearest: the lost host above
 def test_partition_is_survived_without_split_brain(hosts_cluster: HostCluster) -> None:
     cluster = hosts_cluster
     until = _stop_file(cluster, "partition")
@@ -225,6 +227,7 @@ def test_partition_is_survived_without_split_brain(hosts_cluster: HostCluster) -
     print(f"partition: cut to training without the host: {detected['t'] - cut_at:.1f} s")
 
 
+@pytest.mark.long  # plain nox: tests/cluster's drained node
 def test_preemption_drain_moves_the_rank_off_the_host(hosts_cluster: HostCluster) -> None:
     cluster = hosts_cluster
     until = _stop_file(cluster, "drain")
@@ -271,6 +274,7 @@ def test_slow_lossy_link_neither_hangs_nor_fails(hosts_cluster: HostCluster) -> 
     assert result["state"]["checkpoints"] == [f"step={i}" for i in range(1, 6)]
 
 
+@pytest.mark.long  # plain nox: integration's sweeps
 def test_sweep_across_hosts_prunes_and_resumes_after_driver_sigkill_from_another_host(
     hosts_cluster: HostCluster,
 ) -> None:

@@ -72,6 +72,7 @@ def test_fsdp_on_4_ranks_with_async_saves_resumes_on_2(tmp_path: Path) -> None:
     assert files == [".metadata"] + [f"__{r}_0.distcp" for r in range(4)] + ["lumos_extra_state.pt"]
 
 
+@pytest.mark.long  # plain nox: test_fsdp_on_4_ranks_with_async_saves_resumes_on_2
 def test_a_rank_killed_during_an_async_save_resumes_from_the_previous_one_then_on_4(
     tmp_path: Path,
 ) -> None:

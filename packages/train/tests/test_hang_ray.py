@@ -96,6 +96,7 @@ def test_a_group_avoiding_a_node_is_placed_on_another() -> None:
         group.shutdown()
 
 
+@pytest.mark.long  # plain nox: test_hang_unit (imports, saves, uploads: expected waits)
 def test_slow_imports_saves_and_uploads_are_no_hang(tmp_path: Path) -> None:
     # each takes 3x the timeout on rank 0 while rank 1 waits in an all-reduce
     wait_s = 6.0

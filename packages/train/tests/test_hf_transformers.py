@@ -81,6 +81,7 @@ def test_two_worker_fit_reports_metrics_and_checkpoints(tmp_path: Path) -> None:
     assert result.checkpoint.path == result.best_checkpoints[-1][0].path
 
 
+@pytest.mark.long  # plain nox: test_two_worker_fit_..., test_ray's sigkill
 @pytest.mark.usefixtures("no_leaks")
 def test_worker_sigkill_resumes_from_the_checkpoints_global_step(tmp_path: Path) -> None:
     result, out = _fit(tmp_path, "resume", die_at=SAVE_STEPS + 1)

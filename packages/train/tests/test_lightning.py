@@ -131,6 +131,7 @@ def _files(checkpoint: train.Checkpoint | None) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
+@pytest.mark.long  # plain nox: test_resume_after_a_worker_sigkill_..., test_fsdp_ray
 def test_fsdp2_on_two_ranks_saves_every_ranks_shards_and_resumes_from_them(
     ray_lightning: None, tmp_path: Path
 ) -> None:

@@ -522,6 +522,7 @@ def test_a_replacement_that_loads_a_checkpoint_at_the_peers_step_still_joins_the
     assert finals[0] == finals[1]
 
 
+@pytest.mark.long  # plain nox: ..._sigkilled_replica_... and test_hang_ray
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_stuck_replica_is_replaced_while_the_others_keep_training(tmp_path: Path) -> None:
     """The hang watchdog names the rank whose thread sleeps (the others wait for it in

@@ -90,6 +90,7 @@ def test_the_restarted_group_avoids_the_stuck_ranks_node(tmp_path: Path) -> None
     assert restarted["node"] != first["node"]
 
 
+@pytest.mark.long  # plain nox: the test above
 @pytest.mark.usefixtures("spare_node")
 def test_without_avoiding_only_the_stuck_ranks_process_is_replaced(tmp_path: Path) -> None:
     starts = _fit(tmp_path, workers=2, culprit=1, avoid=False)

@@ -94,6 +94,7 @@ class _Run(FitThread):
         return self.join()
 
 
+@pytest.mark.long  # plain nox: test_peer_resize (the same moves)
 def test_a_torchft_elastic_run_shrinks_grows_back_and_moves_without_a_restart(
     tmp_path: Path, cluster: Any
 ) -> None:
