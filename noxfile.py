@@ -263,7 +263,7 @@ def _hosts_pytest(session: nox.Session, marks: str) -> None:
 @nox.session
 def long(session: nox.Session) -> None:
     """The long scenarios (tests marked ``long``) of train, tune, the integration tests
-    and the real hosts, in one virtualenv with every package: about N minutes on 2 cores.
+    and the real hosts, in one virtualenv with every package: 11 minutes on 2 cores.
 
     Run it before you land a change to failure handling, peer recovery, FSDP, the hosts
     or Tune's schedulers; ``nox -s long -- -k partition`` runs one.
