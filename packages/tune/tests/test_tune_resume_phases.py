@@ -40,7 +40,8 @@ DRIVER = textwrap.dedent(
                 tune.report({"loss": config["x"] * step, "step": step},
                             checkpoint=tune.Checkpoint.from_directory(d))
             if hold == "running" and config["x"] == 3 and step == 2:
-                open(gate + ".holding", "w").close()  # step 2's report returned
+                with open(gate + ".holding", "w") as f:  # step 2's report returned
+                    f.write(str(os.getpid()))
                 while os.path.exists(gate):
                     time.sleep(0.05)
 
@@ -89,6 +90,21 @@ def _finish(proc: Any) -> Any:
     return _summary(out)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_until_gone(pid: int) -> None:
+    deadline = time.monotonic() + 120
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"the killed sweep's trial (pid {pid}) still runs"
+        time.sleep(0.1)  # Ray ends it: watching another process
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(ray_cluster: Any, tmp_path_factory: Any) -> Any:
     root = Path(tmp_path_factory.mktemp("uninterrupted"))
@@ -125,6 +141,10 @@ def test_a_resumed_sweep_returns_the_uninterrupted_result_grid(
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
+        if phase == "running":
+            # Ray kills a dead driver's actors soon, not at once: the held trial of the
+            # killed sweep must not see the gate open and report step 3 once more.
+            _wait_until_gone(int(Path(f"{gate}.holding").read_text()))
         gate.unlink()
     marks_before = (tmp_path / "marks").read_text().splitlines()
     rerun = _driver(tmp_path, address, phase, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
