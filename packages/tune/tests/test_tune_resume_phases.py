@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from test_tune_ray import _ended_trials
 
+from lumos.runtime.testing import wait_until_process_gone
+
 DRIVER = textwrap.dedent(
     """
     import json, os, sys, tempfile, time
@@ -90,21 +92,6 @@ def _finish(proc: Any) -> Any:
     return _summary(out)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_until_gone(pid: int) -> None:
-    deadline = time.monotonic() + 120
-    while _alive(pid):
-        assert time.monotonic() < deadline, f"the killed sweep's trial (pid {pid}) still runs"
-        time.sleep(0.1)  # Ray ends it: watching another process
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(ray_cluster: Any, tmp_path_factory: Any) -> Any:
     root = Path(tmp_path_factory.mktemp("uninterrupted"))
@@ -144,7 +131,7 @@ def test_a_resumed_sweep_returns_the_uninterrupted_result_grid(
         if phase == "running":
             # Ray kills a dead driver's actors soon, not at once: the held trial of the
             # killed sweep must not see the gate open and report step 3 once more.
-            _wait_until_gone(int(Path(f"{gate}.holding").read_text()))
+            wait_until_process_gone(int(Path(f"{gate}.holding").read_text()), timeout_s=120)
         gate.unlink()
     marks_before = (tmp_path / "marks").read_text().splitlines()
     rerun = _driver(tmp_path, address, phase, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

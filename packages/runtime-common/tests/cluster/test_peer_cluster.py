@@ -24,6 +24,7 @@ from lumos.runtime import (
     WorkerGroupSpec,
     worker,
 )
+from lumos.runtime.testing import wait_until_process_gone
 
 SPEC = WorkerGroupSpec(
     num_workers=2,
@@ -97,7 +98,7 @@ def test_vacated_ranks_keep_their_numbers_and_refill_or_move_while_the_others_ru
             rank0 = group.workers[0].pid
             assert group.refill_workers([1], timeout_s=30.0).added == [1]
             assert group.workers[1].node_id == moved_to.node_id
-            _wait_gone(survivor)
+            wait_until_process_gone(survivor)
             group.launch(heartbeat, ranks=[1])
             events = poll_until(group, lambda evs: _beating(0)(evs) and _beating(1)(evs))
             assert not any(isinstance(e, WorkerDiedEvent) for e in events)
@@ -119,19 +120,3 @@ def _add_node(cluster: Any) -> Any:
         assert time.monotonic() < deadline, f"node {node.node_id} did not join in 60 s"
         time.sleep(0.2)
     return node
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` (on this host) runs: exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_gone(pid: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _running(pid):
-        assert time.monotonic() < deadline, f"pid {pid} still runs"
-        time.sleep(0.1)

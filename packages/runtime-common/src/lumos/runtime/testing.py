@@ -23,6 +23,8 @@ from lumos.runtime._internal.leak_checks import (
     alive_actors,
     alive_placement_groups,
     assert_no_leaked_actors,
+    process_running,
+    wait_until_process_gone,
 )
 from lumos.runtime._internal.sim_cluster import simulated_cluster
 
@@ -34,5 +36,7 @@ __all__ = [
     "alive_actors",
     "alive_placement_groups",
     "assert_no_leaked_actors",
+    "process_running",
     "simulated_cluster",
+    "wait_until_process_gone",
 ]

@@ -1,6 +1,7 @@
-"""Ray hygiene checks for tests on a real cluster: no actor or placement group left alive.
+"""Ray hygiene checks for tests on a real cluster: no actor or placement group left alive,
+and no process of a dead driver or removed worker still running.
 
-They read Ray's state API, which the dashboard serves: start Ray with
+The actor and group checks read Ray's state API, which the dashboard serves: start Ray with
 ``include_dashboard=True``.
 """
 
@@ -87,3 +88,25 @@ def assert_no_leaked_actors(timeout_s: float = 30.0, ignore_names: Iterable[str]
             )
         time.sleep(delay)  # no event to wait on: the state API is poll-only
         delay = min(delay * 2, 1.0)
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` on this host runs: it exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until_process_gone(pid: int, timeout_s: float = 30.0) -> None:
+    """Wait until process ``pid`` on this host has ended (Ray ends a dead driver's or a
+    removed worker's process soon, not at once); AssertionError after ``timeout_s``.
+
+    Example:
+        >>> wait_until_process_gone(worker_pid, timeout_s=60)  # doctest: +SKIP
+    """
+    deadline = time.monotonic() + timeout_s
+    while process_running(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs after {timeout_s} s"
+        time.sleep(0.1)  # another process's end: nothing of ours to wait on
