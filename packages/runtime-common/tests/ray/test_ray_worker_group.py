@@ -25,7 +25,12 @@ from lumos.runtime import (
     WorkerHungEvent,
     worker,
 )
-from lumos.runtime.testing import alive_actors, alive_placement_groups
+from lumos.runtime.testing import (
+    alive_actors,
+    alive_placement_groups,
+    process_running,
+    wait_until_process_gone,
+)
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -200,18 +205,6 @@ def test_sigkill_reported_as_died_quickly() -> None:
         assert died[0].reason
 
 
-def _process_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)  # no event for another process's exit
-
-
 def test_sigstop_reported_as_hung_then_replaced() -> None:
     spec = WorkerGroupSpec(num_workers=2, health_check_timeout_s=1.0)
     with WorkerGroup.start(spec) as group:
@@ -236,9 +229,9 @@ def test_sigstop_reported_as_hung_then_replaced() -> None:
             )
             # the stopped process is killed (not resumed) and rank 0 gets a new actor
             group.replace_workers([0])
-            assert _process_gone(victim.pid, 30)
+            wait_until_process_gone(victim.pid, 30)
         finally:
-            if not _process_gone(victim.pid, 0.0):
+            if process_running(victim.pid):
                 os.kill(victim.pid, signal.SIGCONT)  # let Ray's kill finish it
         assert group.workers[0].pid != victim.pid
         group.request_stop()  # rank 1 is still waiting; end it, then run on both again
