@@ -81,6 +81,13 @@ class HostsUnavailable(RuntimeError):
     """Network namespaces cannot be made here (the reason is the message)."""
 
 
+RAY_START_ATTEMPTS = 3
+RAY_NODE_START_TIMEOUT = "timed out during startup"
+"""``ray start`` gives a new node a fixed 30 s to register with the GCS (Ray's own
+limit, no setting): three hosts joining at once on a loaded machine (load 20 on 2 cores)
+missed it. Only that failure is retried, on a host killed and booted clean."""
+
+
 def unavailable_reason() -> str | None:
     """Why this machine cannot run the hosts harness, or None when it can."""
     if not sys.platform.startswith("linux"):
@@ -429,11 +436,18 @@ class Hosts:
         if "--head" in role:
             args.append("--include-dashboard=false")
         args += [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
-        done = host.run(args, timeout=180)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"ray start on {host.name} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            )
+        failures: list[str] = []
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            done = host.run(args, timeout=180)
+            if done.returncode == 0:
+                return
+            output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            failures.append(f"attempt {attempt} ({done.returncode}):\n{output}")
+            if RAY_NODE_START_TIMEOUT not in output:
+                break
+            host.kill_all()  # what the failed start left running, then a clean host
+            host.boot()
+        raise RuntimeError(f"ray start on {host.name} failed:\n" + "\n".join(failures))
 
     def s3(self, host: Host) -> str:
         """moto's S3 server on ``host``; returns its endpoint URL."""

@@ -23,13 +23,14 @@ Bugs the hosts found, each with its regression test:
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from host_cluster import DRIVER_HOST, HEAD, OBSERVER, SPARE, WORKERS, Driver, HostCluster
-from hosts import DATA_IF, STATE_DIR, SUBNET
+from hosts import DATA_IF, RAY_START_ATTEMPTS, STATE_DIR, SUBNET, Host, Hosts
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -370,3 +371,42 @@ def test_lumos_ls_and_show_from_a_host_that_ran_nothing(hosts_cluster: HostClust
     shown = cluster.lumos("show", f"s3://lumos-hosts/runs/{cluster.finished_runs[0]}")
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "finished" in shown.stdout, shown.stdout
+
+
+class _ScriptedHost(Host):
+    """A host whose ``ray start`` outcomes are given; records kills and boots."""
+
+    def __init__(self, outcomes: list[tuple[int, str]]) -> None:
+        super().__init__(index=7)
+        self.outcomes = outcomes
+        self.calls: list[str] = []
+
+    def run(self, command: Any, env: Any = None, timeout: float = 120.0) -> Any:
+        self.calls.append("ray start")
+        code, stderr = self.outcomes.pop(0)
+        return subprocess.CompletedProcess(command, code, stdout="", stderr=stderr)
+
+    def kill_all(self) -> None:
+        self.calls.append("kill_all")
+
+    def boot(self) -> None:
+        self.calls.append("boot")
+
+
+TIMED_OUT = "Exception: The current node timed out during startup. This could happen ..."
+
+
+def test_a_node_that_misses_rays_startup_deadline_is_restarted_on_a_clean_host() -> None:
+    host = _ScriptedHost([(1, TIMED_OUT), (0, "")])
+    Hosts(1).ray_join(host, "10.0.0.1:6379")
+    assert host.calls == ["ray start", "kill_all", "boot", "ray start"]
+
+    host = _ScriptedHost([(1, TIMED_OUT)] * RAY_START_ATTEMPTS)
+    with pytest.raises(RuntimeError, match=f"attempt {RAY_START_ATTEMPTS} \\(1\\)"):
+        Hosts(1).ray_head(host)
+
+    # any other failure is not retried
+    host = _ScriptedHost([(1, "ValueError: bad --num-cpus"), (0, "")])
+    with pytest.raises(RuntimeError, match="bad --num-cpus"):
+        Hosts(1).ray_join(host, "10.0.0.1:6379")
+    assert host.calls == ["ray start"]
