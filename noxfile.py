@@ -24,12 +24,11 @@ CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 
 # ``nox`` alone runs these one after the other, longest first. ``nox -j 2
 # --allow-parallel`` runs them two at a time (nox's own ``--parallel``; each session on its
-# own Ray cluster and ports, its output printed whole when it ends): 32 instead of 42
-# minutes on 2 cores, the machine saturated (62.7 CPU-minutes either way). That load (11
-# on 2 cores) broke a timing-dependent test in each of two runs: a real watchdog bug
-# (fixed), a restart that never resumed and a peer test that saw a rank start twice (both
-# not yet explained), so it is not the default. Running only the four sessions without
-# Ray (``allow_parallel=True``) two at a time saved nothing measurable (41 minutes).
+# own Ray cluster and ports, its output printed whole when it ends). It is not the
+# default because it does not pay: the suite is CPU-bound (a first run: 58 CPU-minutes in
+# 42; train's tests keep both cores 82% busy). Train beside integration at load 13-20:
+# integration took 20 instead of 11 minutes, train was still running at 22 (see
+# docs/contributing.md for the figures and what would help).
 nox.options.sessions = [
     "train",
     "integration",
