@@ -445,6 +445,10 @@ class Hosts:
             failures.append(f"attempt {attempt} ({done.returncode}):\n{output}")
             if RAY_NODE_START_TIMEOUT not in output:
                 break
+            print(
+                f"ray start on {host.name} {RAY_NODE_START_TIMEOUT} (attempt {attempt})",
+                file=sys.stderr,
+            )
             host.kill_all()  # what the failed start left running, then a clean host
             host.boot()
         raise RuntimeError(f"ray start on {host.name} failed:\n" + "\n".join(failures))
