@@ -110,9 +110,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("storage/src/lumos/storage/_internal/lease.py", "local"): (
         "/proc/<pid>/stat and the flock lock file: kernel objects of this host, not stored data"
     ),
-    ("runtime-common/src/lumos/runtime/_internal/leak_checks.py", "local"): (
-        "/proc/<pid>/stat: whether a process of this host still runs (a kernel object)"
-    ),
     ("train/src/lumos/train/_internal/torch/interfaces.py", "local"): (
         "/proc/net/if_inet6: this host's network interfaces (a kernel table, not stored data)"
     ),

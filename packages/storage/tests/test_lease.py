@@ -209,3 +209,25 @@ def test_a_late_renewal_that_finds_the_lease_free_goes_on(location) -> None:
     clock.now += 11  # late, but nobody took the run over
     storage.save_state(RunState(name="late"))  # renews first, then writes
     assert storage.load_state() is not None
+
+
+def test_process_running_is_the_leases_check_of_its_holder() -> None:
+    import subprocess
+    import sys
+
+    from lumos.storage._internal.lease import _proc_start_time
+    from lumos.storage.testing import process_running
+
+    me = os.getpid()
+    assert process_running(me)
+    assert process_running(me, _proc_start_time(me))
+    assert not process_running(me, "1")  # the pid now names another process
+    assert not process_running(0)
+    assert not process_running(-5)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while process_running(child.pid):  # exited, not reaped yet: a zombie is not running
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.05)
+    child.wait()
+    assert not process_running(child.pid)  # reaped: gone

@@ -23,10 +23,10 @@ from lumos.runtime._internal.leak_checks import (
     alive_actors,
     alive_placement_groups,
     assert_no_leaked_actors,
-    process_running,
     wait_until_process_gone,
 )
 from lumos.runtime._internal.sim_cluster import simulated_cluster
+from lumos.storage.testing import process_running  # lumos-storage's, for a lease's holder too
 
 __all__ = [
     "FakeCluster",

@@ -6,6 +6,8 @@
   fraction of its operations, for chaos tests of anything that stores runs;
   ``S3Server.faulty_filesystem`` puts one in front of the moto server.
 * ``retry_policy`` / ``FAST_RETRY_POLICY``: millisecond back-offs for those tests.
+* ``process_running``: whether a pid on this host runs (a zombie or a reused pid does not),
+  the check a lease makes of its holder.
 
 Example:
     >>> from lumos.storage.testing import s3_server
@@ -34,6 +36,7 @@ from lumos.storage._internal.fault_schedule import (
     read_fault_records as read_fault_records,
 )
 from lumos.storage._internal.faults import FaultyFileSystem as FaultyFileSystem
+from lumos.storage._internal.lease import process_running as process_running
 from lumos.storage._internal.retry import RetryPolicy, set_retry_policy
 
 DUMMY_KEY = "lumos-testing"

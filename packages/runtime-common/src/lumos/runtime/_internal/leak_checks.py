@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from lumos.storage.testing import process_running
+
 _api_server_urls: dict[str, str] = {}
 
 
@@ -88,15 +90,6 @@ def assert_no_leaked_actors(timeout_s: float = 30.0, ignore_names: Iterable[str]
             )
         time.sleep(delay)  # no event to wait on: the state API is poll-only
         delay = min(delay * 2, 1.0)
-
-
-def process_running(pid: int) -> bool:
-    """Whether process ``pid`` on this host runs: it exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_until_process_gone(pid: int, timeout_s: float = 30.0) -> None:

@@ -53,8 +53,10 @@ def _machine_id() -> str:
     return "/".join(parts)
 
 
-def _pid_alive(pid: int, start_time: str | None) -> bool:
-    """Whether ``pid`` runs on this host (zombies and reused pids count as dead)."""
+def process_running(pid: int, start_time: str | None = None) -> bool:
+    """Whether process ``pid`` runs on this host: it exists and is not a zombie (nor
+    dead); with ``start_time`` (its ``/proc`` start time, as the lease records it) a pid
+    reused by another process counts as gone too."""
     if pid <= 0:
         return False
     try:
@@ -180,7 +182,7 @@ class Lease:
         # hostname would find the pid dead (or someone else's) and take a live lease.
         # (A document without "machine", from an older lumos: the hostname decides.)
         if doc.get("host") == self.host and doc.get("machine", self.machine) == self.machine:
-            return _pid_alive(int(doc.get("pid", -1)), doc.get("pid_start"))
+            return process_running(int(doc.get("pid", -1)), doc.get("pid_start"))
         return True
 
     def _error(self, doc: dict[str, Any], detail: str = "") -> LeaseHeldError:
